@@ -1,0 +1,143 @@
+"""Benchmark activations: forward+backward time and bytes saved for backward.
+
+    python scripts/bench_activations.py                       # 8x1024x1536 fp32 on CPU
+    python scripts/bench_activations.py --dtype bfloat16 --device cuda --all
+
+Every row is timed in the same run as ReLU², and the table prints each time as a ratio to ReLU²
+(eager against eager, compiled against compiled). "saved/x" is the size of the tensors autograd
+keeps for backward divided by the input's size, measured with saved-tensor hooks. Reference rows:
+"copy (floor)" is one clone of the input, the least any pointwise op can cost; "xielu paper
+reference" is the appendix code run through plain autograd (``xielu.reference``).
+Results are printed, never asserted: speed is measured here, not in the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from xielu import available_activations, get_activation, is_gated  # noqa: E402
+from xielu.reference import ReferenceXIELU  # noqa: E402
+
+DEFAULT_ROWS = [
+    "relu2", "relu", "gelu", "gelu_tanh", "silu", "elu", "xsilu", "swiglu",
+    "xielu", "xiprelu", "xielu[eager]", "xiprelu[eager]", "xielu paper reference",
+]
+
+
+def build(row: str, device: torch.device) -> tuple[torch.nn.Module, bool]:
+    """The module for a row and whether it is gated."""
+    if row == "xielu paper reference":
+        return ReferenceXIELU().to(device), False
+    if row.endswith("[eager]"):
+        name = row.removesuffix("[eager]")
+        return get_activation(name, backend="eager").to(device), False
+    return get_activation(row).to(device), is_gated(row)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_fn(fn: Callable[[], None], device: torch.device, warmup: int, repeats: int) -> float:
+    """Median wall time of ``fn`` in milliseconds."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def saved_bytes(step: Callable[[], torch.Tensor]) -> int:
+    """Bytes of the distinct tensors autograd saves for backward during one forward."""
+    seen: dict[tuple, int] = {}
+
+    def pack(t: torch.Tensor):
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.dtype)
+        seen[key] = t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = step()
+    del out
+    return sum(seen.values())
+
+
+def measure(row: str, args, device: torch.device, compiled: bool) -> tuple[float, float]:
+    dtype = getattr(torch, args.dtype)
+    shape = tuple(args.shape)
+    if row == "copy (floor)":
+        src = torch.randn(shape, device=device, dtype=dtype)
+        return time_fn(src.clone, device, args.warmup, args.repeats), 0.0
+    module, gated = build(row, device)
+    x = torch.randn(shape, device=device, dtype=dtype, requires_grad=True)
+    up = torch.randn(shape, device=device, dtype=dtype, requires_grad=True) if gated else None
+    grad = torch.randn(shape, device=device, dtype=dtype)
+    fn = torch.compile(module) if compiled else module
+
+    def forward() -> torch.Tensor:
+        return fn(x, up) if gated else fn(x)
+
+    def step() -> None:
+        forward().backward(grad)
+        x.grad = None
+        if up is not None:
+            up.grad = None
+        for p in module.parameters():
+            p.grad = None
+
+    ms = time_fn(step, device, args.warmup, args.repeats)
+    return ms, saved_bytes(forward) / (x.numel() * x.element_size())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", type=int, nargs="+", default=[8, 1024, 1536])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--no-compile", action="store_true", help="skip the compiled columns")
+    parser.add_argument("--all", action="store_true", help="every registered activation")
+    parser.add_argument("--rows", nargs="+", help="explicit rows (registry names or those below)")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+
+    rows = args.rows or (available_activations() + DEFAULT_ROWS[-3:] if args.all else DEFAULT_ROWS)
+    rows = ["relu2"] + [r for r in dict.fromkeys(rows) if r != "relu2"] + ["copy (floor)"]
+    print(f"shape={tuple(args.shape)} dtype={args.dtype} device={device} "
+          f"threads={torch.get_num_threads()} torch={torch.__version__}")
+    header = f"{'activation':<24}{'eager ms':>10}{'x relu2':>9}{'saved/x':>9}"
+    if not args.no_compile:
+        header += f"{'compiled ms':>13}{'x relu2':>9}{'saved/x':>9}"
+    print(header)
+    print("-" * len(header))
+    baseline: dict[bool, float] = {}
+    for row in rows:
+        line = f"{row:<24}"
+        for compiled in [False] + ([] if args.no_compile else [True]):
+            ms, saved = measure(row, args, device, compiled)
+            baseline.setdefault(compiled, ms)
+            saved_text = "-" if row == "copy (floor)" else f"{saved:.2f}"
+            line += f"{ms:>{13 if compiled else 10}.2f}{ms / baseline[compiled]:>9.2f}{saved_text:>9}"
+        print(line, flush=True)
+    print("gated rows take two inputs of the shape (gate, up); saved/x is against one of them.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""xIELU and xIPReLU as fused custom ops with a one-pass backward.
+
+``torch.library.custom_op`` makes each activation a single opaque node (``xielu::xielu``,
+``xielu::xiprelu``) with a fake implementation, so ``torch.compile`` traces through it without a
+graph break, and a registered autograd formula that saves only the input (plus two 1-element
+alphas) for backward. Autograd of the plain formula keeps ~7 input-sized intermediates alive; this
+keeps one.
+
+Three interchangeable kernel sets compute the same math (``xielu.fused.formulas``):
+
+- ``triton``: Triton kernels, the default for CUDA tensors;
+- ``compiled``: the torch formulas compiled by Inductor into one vectorised C++ loop each way,
+  the default on CPU when a C++ compiler is present;
+- ``eager``: the same formulas run op by op; always available, used as the fallback.
+
+``backend="auto"`` picks per tensor; the ``XIELU_BACKEND`` environment variable overrides it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import warnings
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from xielu.fused import formulas
+
+Backend = Literal["auto", "triton", "compiled", "eager"]
+BACKENDS: tuple[str, ...] = ("auto", "triton", "compiled", "eager")
+
+
+def _probe_triton() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def _probe_cpp_compiler() -> bool:
+    """Inductor's CPU code generation needs a C++ compiler at run time."""
+    candidates = [os.environ.get("CXX"), "g++", "c++", "clang++"]
+    return any(c and shutil.which(c) for c in candidates)
+
+
+# Probed once at import: resolve_backend runs inside torch.compile traces, where file-system
+# look-ups cannot be traced.
+TRITON_AVAILABLE = _probe_triton()
+CPP_COMPILER_AVAILABLE = _probe_cpp_compiler()
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """The concrete kernel set for a tensor on ``device``; validates the name."""
+    requested = os.environ.get("XIELU_BACKEND", backend) if backend == "auto" else backend
+    if requested not in BACKENDS:
+        raise ValueError(f"xielu backend {requested!r} is not known; choose one of: {BACKENDS}")
+    if requested != "auto":
+        if requested == "triton" and not TRITON_AVAILABLE:
+            raise RuntimeError("backend 'triton' was requested but triton is not installed")
+        return requested
+    if device.type == "cuda" and TRITON_AVAILABLE:
+        return "triton"
+    if device.type == "cpu" and CPP_COMPILER_AVAILABLE and not _compile_failed:
+        return "compiled"
+    return "eager"
+
+
+_compile_failed = False
+
+
+@functools.cache
+def _compiled(fn: Callable) -> Callable:
+    return torch.compile(fn, dynamic=True, fullgraph=True)
+
+
+def _run(backend: str, eager_fn: Callable, triton_name: str, *args):
+    global _compile_failed
+    if backend == "triton":
+        from xielu.fused import triton_kernels
+
+        return getattr(triton_kernels, triton_name)(*args)
+    if backend == "compiled" and not _compile_failed:
+        try:
+            return _compiled(eager_fn)(*args)
+        except Exception as error:  # a broken toolchain must not stop training
+            _compile_failed = True
+            warnings.warn(
+                f"xielu: compiling the CPU kernel failed ({type(error).__name__}: {error}); "
+                "falling back to the eager kernel. Set XIELU_BACKEND=eager to silence this.",
+                stacklevel=3,
+            )
+    return eager_fn(*args)
+
+
+def _define(kind: str) -> Callable[..., Tensor]:
+    """Register ``xielu::<kind>`` and its backward op, with fake kernels and autograd."""
+
+    @torch.library.custom_op(f"xielu::{kind}", mutates_args=())
+    def forward_op(
+        x: Tensor, alpha_p: Tensor, alpha_n: Tensor, beta: float, eps: float, backend: str
+    ) -> Tensor:
+        return _run(
+            backend, formulas.piecewise_forward, "forward",
+            x, alpha_p, alpha_n, beta, eps, kind,
+        )
+
+    @forward_op.register_fake
+    def _(x, alpha_p, alpha_n, beta, eps, backend):
+        return torch.empty_like(x)
+
+    @torch.library.custom_op(f"xielu::{kind}_backward", mutates_args=())
+    def backward_op(
+        grad: Tensor,
+        x: Tensor,
+        alpha_p: Tensor,
+        alpha_n: Tensor,
+        beta: float,
+        eps: float,
+        backend: str,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        return _run(
+            backend, formulas.piecewise_backward, "backward",
+            grad, x, alpha_p, alpha_n, beta, eps, kind,
+        )
+
+    @backward_op.register_fake
+    def _(grad, x, alpha_p, alpha_n, beta, eps, backend):
+        return torch.empty_like(x), torch.empty_like(alpha_p), torch.empty_like(alpha_n)
+
+    def setup_context(ctx, inputs, output) -> None:
+        x, alpha_p, alpha_n, beta, eps, backend = inputs
+        ctx.save_for_backward(x, alpha_p, alpha_n)
+        ctx.constants = (beta, eps, backend)
+
+    def backward(ctx, grad: Tensor):
+        x, alpha_p, alpha_n = ctx.saved_tensors
+        dx, d_alpha_p, d_alpha_n = backward_op(grad, x, alpha_p, alpha_n, *ctx.constants)
+        return dx, d_alpha_p, d_alpha_n, None, None, None
+
+    forward_op.register_autograd(backward, setup_context=setup_context)
+    return forward_op
+
+
+_xielu_op = _define("xielu")
+_xiprelu_op = _define("xiprelu")
+
+
+def _as_alpha(value: Tensor | float, like: Tensor) -> Tensor:
+    if isinstance(value, Tensor):
+        return value.reshape(1)
+    return torch.tensor([float(value)], device=like.device, dtype=torch.float32)
+
+
+def xielu(
+    x: Tensor,
+    alpha_p: Tensor | float,
+    alpha_n: Tensor | float,
+    beta: float = 0.5,
+    eps: float = -1e-6,
+    backend: Backend = "auto",
+) -> Tensor:
+    """Fused xIELU (paper eq. 8) with *effective* alphas (alpha_n already includes beta)."""
+    chosen = resolve_backend(backend, x.device)
+    return _xielu_op(x, _as_alpha(alpha_p, x), _as_alpha(alpha_n, x), float(beta), float(eps), chosen)
+
+
+def xiprelu(
+    x: Tensor,
+    alpha_p: Tensor | float,
+    alpha_n: Tensor | float,
+    beta: float = 0.5,
+    backend: Backend = "auto",
+) -> Tensor:
+    """Fused xIPReLU (paper eq. 18) with *effective* alphas."""
+    chosen = resolve_backend(backend, x.device)
+    return _xiprelu_op(x, _as_alpha(alpha_p, x), _as_alpha(alpha_n, x), float(beta), 0.0, chosen)
