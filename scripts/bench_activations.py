@@ -24,12 +24,23 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from xielu import available_activations, get_activation, is_gated  # noqa: E402
-from xielu.reference import ReferenceXIELU  # noqa: E402
+from xielu import available_activations, get_activation, is_gated
+from xielu.reference import ReferenceXIELU
 
 DEFAULT_ROWS = [
-    "relu2", "relu", "gelu", "gelu_tanh", "silu", "elu", "xsilu", "swiglu",
-    "xielu", "xiprelu", "xielu[eager]", "xiprelu[eager]", "xielu paper reference",
+    "relu2",
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "elu",
+    "xsilu",
+    "swiglu",
+    "xielu",
+    "xiprelu",
+    "xielu[eager]",
+    "xiprelu[eager]",
+    "xielu paper reference",
 ]
 
 
@@ -105,7 +116,9 @@ def measure(row: str, args, device: torch.device, compiled: bool) -> tuple[float
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--shape", type=int, nargs="+", default=[8, 1024, 1536])
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -120,8 +133,10 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = args.rows or (available_activations() + DEFAULT_ROWS[-3:] if args.all else DEFAULT_ROWS)
     rows = ["relu2"] + [r for r in dict.fromkeys(rows) if r != "relu2"] + ["copy (floor)"]
-    print(f"shape={tuple(args.shape)} dtype={args.dtype} device={device} "
-          f"threads={torch.get_num_threads()} torch={torch.__version__}")
+    print(
+        f"shape={tuple(args.shape)} dtype={args.dtype} device={device} "
+        f"threads={torch.get_num_threads()} torch={torch.__version__}"
+    )
     header = f"{'activation':<24}{'eager ms':>10}{'x relu2':>9}{'saved/x':>9}"
     if not args.no_compile:
         header += f"{'compiled ms':>13}{'x relu2':>9}{'saved/x':>9}"
@@ -134,7 +149,9 @@ def main(argv: list[str] | None = None) -> None:
             ms, saved = measure(row, args, device, compiled)
             baseline.setdefault(compiled, ms)
             saved_text = "-" if row == "copy (floor)" else f"{saved:.2f}"
-            line += f"{ms:>{13 if compiled else 10}.2f}{ms / baseline[compiled]:>9.2f}{saved_text:>9}"
+            line += (
+                f"{ms:>{13 if compiled else 10}.2f}{ms / baseline[compiled]:>9.2f}{saved_text:>9}"
+            )
         print(line, flush=True)
     print("gated rows take two inputs of the shape (gate, up); saved/x is against one of them.")
 

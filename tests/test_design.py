@@ -36,8 +36,12 @@ def _perturbed(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def _grid() -> torch.Tensor:
-    x = torch.cat([torch.linspace(-12, 12, 4001, dtype=torch.float64),
-                   torch.tensor([-3e-5, -2e-5, 2e-5, 1e-9, 1e-3, -1e-3], dtype=torch.float64)])
+    x = torch.cat(
+        [
+            torch.linspace(-12, 12, 4001, dtype=torch.float64),
+            torch.tensor([-3e-5, -2e-5, 2e-5, 1e-9, 1e-3, -1e-3], dtype=torch.float64),
+        ]
+    )
     return x[(x.abs() > EPS_BAND) | (x > 0)]
 
 
@@ -71,9 +75,7 @@ def test_native_kernels_equal_their_integrated_design(name, module):
 
 def test_user_design_subtracts_the_integration_constant():
     """A user design with G(0) != 0 and its own base: tanh-shaped negative slope."""
-    tanh_base = BaseGradient(
-        "tanh", g=torch.tanh, G=lambda x: torch.log(torch.cosh(x)) + 5.0
-    )
+    tanh_base = BaseGradient("tanh", g=torch.tanh, G=lambda x: torch.log(torch.cosh(x)) + 5.0)
     design = GradientDesign(
         positive=Branch(linear(), Alpha(0.8, "softplus"), beta=0.5),
         negative=Branch(tanh_base, Alpha(0.6, "softplus"), beta=0.5),
@@ -81,12 +83,18 @@ def test_user_design_subtracts_the_integration_constant():
     act = DesignedActivation(design).double()
     x = torch.tensor([-2.0, -0.5, 0.0, 0.7], dtype=torch.float64, requires_grad=True)
     y = act(x)
-    closed = [0.6 * math.log(math.cosh(-2.0)) - 1.0, 0.6 * math.log(math.cosh(-0.5)) - 0.25,
-              0.0, 0.8 * 0.49 + 0.35]
+    closed = [
+        0.6 * math.log(math.cosh(-2.0)) - 1.0,
+        0.6 * math.log(math.cosh(-0.5)) - 0.25,
+        0.0,
+        0.8 * 0.49 + 0.35,
+    ]
     torch.testing.assert_close(y.detach(), torch.tensor(closed, dtype=torch.float64))
     (slope,) = torch.autograd.grad(y.sum(), x)
-    expected = torch.tensor([0.6 * math.tanh(-2.0) + 0.5, 0.6 * math.tanh(-0.5) + 0.5, 0.5,
-                             1.6 * 0.7 + 0.5], dtype=torch.float64)
+    expected = torch.tensor(
+        [0.6 * math.tanh(-2.0) + 0.5, 0.6 * math.tanh(-0.5) + 0.5, 0.5, 1.6 * 0.7 + 0.5],
+        dtype=torch.float64,
+    )
     torch.testing.assert_close(slope, expected)
     assert set(dict(act.named_parameters())) == {"alpha_p", "alpha_n"}
 
@@ -102,7 +110,9 @@ def test_whole_line_design_has_a_single_alpha():
 def test_trainable_beta_must_start_equal_on_both_branches():
     with pytest.raises(ValueError, match="beta_p and beta_n must be equal"):
         GradientDesign(
-            Branch(linear(), Alpha(0.8), 0.5), Branch(linear(), Alpha(0.8), 0.0), trainable_beta=True
+            Branch(linear(), Alpha(0.8), 0.5),
+            Branch(linear(), Alpha(0.8), 0.0),
+            trainable_beta=True,
         )
 
 

@@ -32,7 +32,7 @@ def quadratic() -> BaseGradient:
 
 
 def zero() -> BaseGradient:
-    """g = 0: a branch whose gradient is the constant beta alone (ReLU's, or 0 for ReLU² below 0)."""
+    """g = 0: a branch whose slope is the constant beta alone (ReLU's, or 0 for ReLU² below 0)."""
     return BaseGradient("0", g=torch.zeros_like, G=torch.zeros_like)
 
 

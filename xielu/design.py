@@ -13,6 +13,7 @@ ablation of the paper are instances of this; see ``xielu.catalog``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,9 +70,9 @@ class GradientDesign:
     trainable_beta: bool = False
 
     def __post_init__(self) -> None:
-        if self.trainable_beta and self.negative is not None:
-            if self.positive.beta != self.negative.beta:
-                raise ValueError("a trainable beta is shared, so beta_p and beta_n must be equal")
+        negative_beta = self.positive.beta if self.negative is None else self.negative.beta
+        if self.trainable_beta and self.positive.beta != negative_beta:
+            raise ValueError("a trainable beta is shared, so beta_p and beta_n must be equal")
 
     @property
     def piecewise(self) -> bool:
@@ -202,11 +203,15 @@ class DesignedActivation(nn.Module):
 
 def _refuse_changed_constants(module: DesignedActivation, incompatible_keys) -> None:
     """The formulas use the constructor's constants; a checkpoint with others must not load
-    silently into a module that would ignore them."""
+    silently into a module that would ignore them. Equal up to bf16 rounding counts as equal:
+    Hugging Face stores these buffers in bf16."""
     for name, expected in module._constants().items():
         buffer = getattr(module, name, None)
-        if buffer is not None and float(buffer) != float(torch.tensor(expected, dtype=buffer.dtype)):
+        if buffer is None:
+            continue
+        loaded = float(buffer)
+        if not math.isclose(loaded, expected, rel_tol=2**-7):
             raise ValueError(
-                f"{type(module).__name__}: the checkpoint has {name}={float(buffer):g} but this "
-                f"module was built with {name}={expected:g}; construct it with {name}={float(buffer):g}"
+                f"{type(module).__name__}: the checkpoint has {name}={loaded:g} but this module "
+                f"was built with {name}={expected:g}; construct it with {name}={loaded:g}"
             )

@@ -75,7 +75,9 @@ class Alpha:
             return (self.init - self.offset) / self.scale
         return self.init
 
-    def effective(self, raw: torch.Tensor | None, beta: torch.Tensor | float) -> torch.Tensor | float:
+    def effective(
+        self, raw: torch.Tensor | None, beta: torch.Tensor | float
+    ) -> torch.Tensor | float:
         """Map the raw parameter to alpha; differentiable in ``raw`` and in a trainable beta."""
         if self.constraint == "fixed" or raw is None:
             return self.init

@@ -28,7 +28,9 @@ class ActivationSpec:
 _REGISTRY: dict[str, ActivationSpec] = {}
 
 
-def register(name: str, factory: Callable[..., nn.Module], summary: str, gated: bool = False) -> None:
+def register(
+    name: str, factory: Callable[..., nn.Module], summary: str, gated: bool = False
+) -> None:
     if name in _REGISTRY:
         raise ValueError(f"activation {name!r} is registered twice")
     _REGISTRY[name] = ActivationSpec(name, factory, gated, summary)

@@ -54,7 +54,8 @@ def piecewise_backward(
 
     Below eps xIELU's slope is alpha_n * expm1(x) + beta; in (eps, 0] the capped expm1 term is
     constant, so the slope is beta - alpha_n (autograd of clamp passes the gradient at x = eps
-    itself). Alpha gradients are accumulated in fp32 (or fp64 for fp64 input).
+    itself). Alpha gradients are accumulated in fp32 (or fp64 for fp64 input). The one deliberate
+    difference from autograd: a NaN input gets a NaN dx.
     """
     cdt = _compute_dtype(x.dtype)
     xf = x.to(cdt)
@@ -65,7 +66,9 @@ def piecewise_backward(
     square = xf * xf
     if kind == "xielu":
         em1 = torch.expm1(xf.clamp(max=eps))
-        slope_n = an * (torch.where(xf <= eps, em1 + 1, 0.0) - 1) + beta
+        # written as "not above eps" so that a NaN input gets a NaN slope (autograd of the
+        # formula would give beta - alpha_n there and hide the NaN from dx)
+        slope_n = an * (torch.where(xf > eps, 0.0, em1 + 1) - 1) + beta
         integral_n = em1 - xf
     else:
         slope_n = 2 * an * xf + beta

@@ -102,8 +102,15 @@ def _define(kind: str) -> Callable[..., Tensor]:
         x: Tensor, alpha_p: Tensor, alpha_n: Tensor, beta: float, eps: float, backend: str
     ) -> Tensor:
         return _run(
-            backend, formulas.piecewise_forward, "forward",
-            x, alpha_p, alpha_n, beta, eps, kind,
+            backend,
+            formulas.piecewise_forward,
+            "forward",
+            x,
+            alpha_p,
+            alpha_n,
+            beta,
+            eps,
+            kind,
         )
 
     @forward_op.register_fake
@@ -121,8 +128,16 @@ def _define(kind: str) -> Callable[..., Tensor]:
         backend: str,
     ) -> tuple[Tensor, Tensor, Tensor]:
         return _run(
-            backend, formulas.piecewise_backward, "backward",
-            grad, x, alpha_p, alpha_n, beta, eps, kind,
+            backend,
+            formulas.piecewise_backward,
+            "backward",
+            grad,
+            x,
+            alpha_p,
+            alpha_n,
+            beta,
+            eps,
+            kind,
         )
 
     @backward_op.register_fake
@@ -163,7 +178,9 @@ def xielu(
 ) -> Tensor:
     """Fused xIELU (paper eq. 8) with *effective* alphas (alpha_n already includes beta)."""
     chosen = resolve_backend(backend, x.device)
-    return _xielu_op(x, _as_alpha(alpha_p, x), _as_alpha(alpha_n, x), float(beta), float(eps), chosen)
+    return _xielu_op(
+        x, _as_alpha(alpha_p, x), _as_alpha(alpha_n, x), float(beta), float(eps), chosen
+    )
 
 
 def xiprelu(

@@ -43,8 +43,15 @@ def _expm1(x):
 
 @triton.jit
 def _forward_kernel(
-    x_ptr, y_ptr, alpha_p_ptr, alpha_n_ptr, n_elements, beta, eps,
-    KIND: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr,
+    y_ptr,
+    alpha_p_ptr,
+    alpha_n_ptr,
+    n_elements,
+    beta,
+    eps,
+    KIND: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
@@ -63,9 +70,18 @@ def _forward_kernel(
 
 @triton.jit
 def _backward_kernel(
-    grad_ptr, x_ptr, dx_ptr, partial_p_ptr, partial_n_ptr, alpha_p_ptr, alpha_n_ptr,
-    n_elements, beta, eps,
-    KIND: tl.constexpr, BLOCK: tl.constexpr,
+    grad_ptr,
+    x_ptr,
+    dx_ptr,
+    partial_p_ptr,
+    partial_n_ptr,
+    alpha_p_ptr,
+    alpha_n_ptr,
+    n_elements,
+    beta,
+    eps,
+    KIND: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     offsets = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -78,8 +94,9 @@ def _backward_kernel(
     square = x * x
     if KIND == 0:
         em1 = _expm1(tl.minimum(x, eps))
-        # clamp passes the gradient at x == eps itself, like torch's autograd of clamp(max=eps)
-        slope_n = an * (tl.where(x <= eps, em1 + 1.0, 0.0) - 1.0) + beta
+        # clamp passes the gradient at x == eps itself, like torch's autograd of clamp(max=eps);
+        # "not above eps" also sends a NaN input to a NaN slope, as in formulas.py
+        slope_n = an * (tl.where(x > eps, 0.0, em1 + 1.0) - 1.0) + beta
         integral_n = em1 - x
     else:
         slope_n = 2.0 * an * x + beta
@@ -95,15 +112,25 @@ def _grid(n: int) -> tuple[int]:
     return (triton.cdiv(n, BLOCK_SIZE),)
 
 
-def forward(x: Tensor, alpha_p: Tensor, alpha_n: Tensor, beta: float, eps: float, kind: str) -> Tensor:
+def forward(
+    x: Tensor, alpha_p: Tensor, alpha_n: Tensor, beta: float, eps: float, kind: str
+) -> Tensor:
     # Kernels index a flat, contiguous buffer; a strided input is copied once here.
     x = x.contiguous()
     y = torch.empty_like(x)
     n = x.numel()
     if n:
         _forward_kernel[_grid(n)](
-            x, y, alpha_p, alpha_n, n, beta, eps,
-            KIND=_KINDS[kind], BLOCK=BLOCK_SIZE, num_warps=NUM_WARPS,
+            x,
+            y,
+            alpha_p,
+            alpha_n,
+            n,
+            beta,
+            eps,
+            KIND=_KINDS[kind],
+            BLOCK=BLOCK_SIZE,
+            num_warps=NUM_WARPS,
         )
     return y
 
@@ -119,8 +146,21 @@ def backward(
     partials = torch.zeros(2, max(programs, 1), device=x.device, dtype=torch.float32)
     if n:
         _backward_kernel[(programs,)](
-            grad, x, dx, partials[0], partials[1], alpha_p, alpha_n, n, beta, eps,
-            KIND=_KINDS[kind], BLOCK=BLOCK_SIZE, num_warps=NUM_WARPS,
+            grad,
+            x,
+            dx,
+            partials[0],
+            partials[1],
+            alpha_p,
+            alpha_n,
+            n,
+            beta,
+            eps,
+            KIND=_KINDS[kind],
+            BLOCK=BLOCK_SIZE,
+            num_warps=NUM_WARPS,
         )
-    sums = partials.sum(dim=1)
-    return dx, sums[0:1].to(alpha_p.dtype), sums[1:2].to(alpha_n.dtype)
+    # two separate reductions: custom ops may not return views of one another
+    d_alpha_p = partials[0].sum().reshape(1).to(alpha_p.dtype)
+    d_alpha_n = partials[1].sum().reshape(1).to(alpha_n.dtype)
+    return dx, d_alpha_p, d_alpha_n

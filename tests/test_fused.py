@@ -1,0 +1,221 @@
+"""The fused xIELU/xIPReLU ops: same function and gradients as autograd, lean, stable, portable."""
+
+import io
+import math
+
+import pytest
+import torch
+
+from xielu import XIELU, XIPReLU
+from xielu.fused import ops
+
+KINDS = {"xielu": XIELU, "xiprelu": XIPReLU}
+
+
+def _inputs(n: int = 6000, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=gen, dtype=torch.float64) * 3
+    # the (eps, 0] band, eps itself, and exact zeros: where the capped expm1 changes the slope
+    special = torch.tensor([0.0, -0.0, -1e-6, -5e-7, -1e-7, -1.0000001e-6, 1e-8, -80.0, 60.0])
+    return torch.cat([special.double(), x]).to(dtype)
+
+
+def _pair(cls, **kwargs):
+    """A fused module and an unfused one (generic autograd path) with identical parameters."""
+    fused = cls(**kwargs, fused=True).double()
+    plain = cls(**kwargs, fused=False).double()
+    with torch.no_grad():
+        fused.alpha_p.add_(0.17)
+        fused.alpha_n.sub_(0.11)
+    plain.load_state_dict(fused.state_dict())
+    return fused, plain
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fused_backward_equals_autograd_of_the_formula_everywhere(kind):
+    fused, plain = _pair(KINDS[kind])
+    x = _inputs()
+    grad = torch.randn_like(x)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = fused(xa), plain(xb)
+    torch.testing.assert_close(ya, yb, rtol=1e-13, atol=1e-13)
+    ya.backward(grad)
+    yb.backward(grad)
+    torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-13, atol=1e-13)
+    for name in ("alpha_p", "alpha_n"):
+        torch.testing.assert_close(
+            getattr(fused, name).grad, getattr(plain, name).grad, rtol=1e-11, atol=1e-11
+        )
+
+
+def test_xielu_slope_inside_the_eps_band_is_beta_minus_alpha_n():
+    """Autograd of the paper's code: expm1(min(x, eps)) is flat in (eps, 0]."""
+    module = XIELU(alpha_n_init=1.2).double()
+    x = torch.tensor([-5e-7, 0.0], dtype=torch.float64, requires_grad=True)
+    module(x).sum().backward()
+    alpha_n = module.effective_scalars()["alpha_n"]
+    assert x.grad.tolist() == pytest.approx([0.5 - alpha_n] * 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gradcheck_in_float64(kind):
+    module = KINDS[kind](alpha_p_init=0.7, alpha_n_init=1.1).double()
+    x = torch.cat([torch.linspace(-4, -0.01, 9), torch.linspace(0.01, 4, 9)]).double()
+    x.requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda inp, ap, an: module._fused_call(inp, ap, an),
+        (
+            x,
+            torch.tensor([0.7], dtype=torch.float64, requires_grad=True),
+            torch.tensor([1.1], dtype=torch.float64, requires_grad=True),
+        ),
+    )
+    assert torch.autograd.gradcheck(lambda inp: module(inp), (x,))
+
+
+@pytest.mark.parametrize("op", [ops._xielu_op, ops._xiprelu_op], ids=["xielu", "xiprelu"])
+def test_custom_op_registration_passes_opcheck(op):
+    """Schema, fake (meta) kernel, and autograd registration, as torch.compile relies on them."""
+    x = torch.randn(3, 17, dtype=torch.float32, requires_grad=True)
+    alpha_p = torch.tensor([0.8], requires_grad=True)
+    alpha_n = torch.tensor([0.9], requires_grad=True)
+    torch.library.opcheck(op, (x, alpha_p, alpha_n, 0.5, -1e-6, "eager"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_only_the_input_is_saved_for_backward(kind):
+    module = KINDS[kind]()
+    x = torch.randn(64, 512, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        module(x)
+    big = [t for t in saved if t.numel() > 1]
+    assert len(big) == 1 and big[0].data_ptr() == x.data_ptr()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", KINDS)
+def test_outputs_and_gradients_stay_finite_over_a_wide_range(kind, dtype):
+    module = KINDS[kind]()
+    limit = 1e4 if dtype != torch.float16 else 100.0  # 0.8 * (1e4)² overflows fp16's 65504
+    x = torch.linspace(-limit, limit, 20001).to(dtype).requires_grad_(True)
+    y = module(x)
+    y.backward(torch.ones_like(y))
+    assert y.dtype == dtype and x.grad.dtype == dtype
+    assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
+    assert module.alpha_p.grad.dtype == torch.float32
+    assert torch.isfinite(module.alpha_p.grad).all() and torch.isfinite(module.alpha_n.grad).all()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_nan_propagates_through_forward_and_backward(kind):
+    """Stricter than autograd of xIELU's formula, whose clamp would give dx = beta - alpha_n."""
+    module = KINDS[kind]()
+    x = torch.tensor([1.0, float("nan"), -1.0], requires_grad=True)
+    y = module(x)
+    y.sum().backward()
+    assert torch.isnan(y[1]) and not torch.isnan(y[[0, 2]]).any()
+    assert torch.isnan(x.grad[1]) and not torch.isnan(x.grad[[0, 2]]).any()
+    assert torch.isnan(module.alpha_p.grad).any() or torch.isnan(module.alpha_n.grad).any()
+
+
+# bf16 stores 8 significant bits: rounding the fp32 result costs at most 2^-8 relative.
+BF16_RTOL = 2.0**-8
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bf16_results_are_within_one_bf16_rounding_of_float64(kind):
+    module = KINDS[kind]()
+    x16 = (torch.randn(20000) * 4).to(torch.bfloat16).requires_grad_(True)
+    x64 = x16.detach().double().requires_grad_(True)
+    reference = KINDS[kind](fused=False).double()
+    reference.load_state_dict(module.state_dict())
+    y16, y64 = module(x16), reference(x64)
+    scale = y64.detach().abs() + 1e-3
+    assert ((y16.double() - y64).abs() / scale).max() <= BF16_RTOL
+    grad = torch.randn(20000).to(torch.bfloat16)
+    y16.backward(grad)
+    y64.backward(grad.double())
+    gscale = x64.grad.abs() + 1e-3
+    assert ((x16.grad.double() - x64.grad).abs() / gscale).max() <= BF16_RTOL
+    # alpha gradients are fp32 sums of fp32 products: close to the fp64 sums
+    for name in ("alpha_p", "alpha_n"):
+        ours, exact = getattr(module, name).grad.double(), getattr(reference, name).grad
+        torch.testing.assert_close(ours, exact, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_state_dict_round_trip_keeps_the_function(kind):
+    source = KINDS[kind](alpha_p_init=0.33, alpha_n_init=1.7)
+    buffer = io.BytesIO()
+    torch.save(source.state_dict(), buffer)
+    buffer.seek(0)
+    target = KINDS[kind]()
+    target.load_state_dict(torch.load(buffer))
+    x = torch.randn(100)
+    torch.testing.assert_close(target(x), source(x))
+    assert target.effective_scalars() == pytest.approx({"alpha_p": 0.33, "alpha_n": 1.7}, rel=1e-6)
+
+
+def test_loading_a_checkpoint_with_another_beta_is_refused():
+    state = XIELU(beta=1.0, alpha_n_init=1.3).state_dict()
+    with pytest.raises(ValueError, match="construct it with beta=1"):
+        XIELU().load_state_dict(state)
+
+
+def test_state_dict_loads_into_hugging_face_xielu_activation():
+    """Same parameter and buffer names and shapes as transformers' XIELUActivation."""
+    transformers_activations = pytest.importorskip("transformers.activations")
+    ours = XIELU(alpha_p_init=0.6, alpha_n_init=1.4)
+    hf = transformers_activations.XIELUActivation(dtype=torch.float32)
+    assert {k: v.shape for k, v in hf.state_dict().items()} == {
+        k: v.shape for k, v in ours.state_dict().items()
+    }
+    hf.load_state_dict(ours.state_dict())
+    x = torch.randn(1000) * 3
+    torch.testing.assert_close(hf(x), ours(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_folded_inference_module_matches_and_has_no_parameters(kind):
+    module = KINDS[kind](alpha_p_init=0.5, alpha_n_init=1.6)
+    folded = module.fold()
+    assert list(folded.parameters()) == []
+    x = torch.randn(500) * 3
+    torch.testing.assert_close(folded(x), module(x).detach())
+
+
+def test_unknown_backend_is_refused_at_construction():
+    with pytest.raises(ValueError, match="choose one of"):
+        XIELU(backend="cuda-magic")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_compiled_cpu_kernels_equal_the_eager_kernels(kind):
+    """The default CPU path: Inductor-generated loops for the same formulas."""
+    x = _inputs(dtype=torch.float32).requires_grad_(True)
+    grad = torch.randn_like(x)
+    results = []
+    for backend in ("compiled", "eager"):
+        module = KINDS[kind](backend=backend)
+        xb = x.detach().clone().requires_grad_(True)
+        y = module(xb)
+        y.backward(grad)
+        results.append((y.detach(), xb.grad, module.alpha_p.grad, module.alpha_n.grad))
+    for compiled, eager in zip(*results, strict=True):
+        torch.testing.assert_close(compiled, eager, rtol=2e-6, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_module_compiles_without_graph_breaks():
+    layer = torch.nn.Sequential(torch.nn.Linear(16, 32), XIELU(), torch.nn.Linear(32, 16))
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    x = torch.randn(4, 16)
+    compiled(x).sum().backward()
+    grads = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    layer(x).sum().backward()
+    for got, want in zip(grads, [p.grad for p in layer.parameters()], strict=True):
+        torch.testing.assert_close(got, want)
+    assert math.isfinite(float(layer[1].alpha_p.grad))

@@ -1,0 +1,118 @@
+"""Triton kernels against the float64 reference.
+
+Without a GPU they run through Triton's interpreter on CPU tensors (``TRITON_INTERPRET=1``,
+set in conftest.py before the kernels are defined); with one, on CUDA tensors.
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from xielu.fused import formulas, triton_kernels
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+BLOCK = triton_kernels.BLOCK_SIZE
+# The kernels compare x with eps in fp32; the float64 reference must use the same threshold, or
+# the one input equal to fp32(-1e-6) falls on different sides of it.
+EPS = float(torch.tensor(-1e-6, dtype=torch.float32))
+
+
+def _tensor(shape, dtype, seed, transpose=False):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=gen) * 3
+    if x.numel() > 8:
+        x.view(-1)[:8] = torch.tensor([0.0, -1e-6, -5e-7, 1e-7, -0.49, -0.51, -25.0, 12.0])
+    x = x.to(DEVICE, dtype)
+    return x.transpose(0, 1) if transpose else x
+
+
+CASES = [
+    ((1,), False),
+    ((BLOCK - 1,), False),
+    ((BLOCK + 1,), False),
+    ((3, BLOCK), False),
+    ((7, 333), True),  # non-contiguous: a transposed view
+    ((2, 5, 301), False),
+]
+
+
+def _reference(kind, x, grad, alpha_p, alpha_n, beta=0.5, eps=EPS):
+    """float64 forward and backward of the same formulas."""
+    x64, g64 = x.detach().double().cpu(), grad.detach().double().cpu()
+    ap, an = alpha_p.double().cpu(), alpha_n.double().cpu()
+    y = formulas.piecewise_forward(x64, ap, an, beta, eps, kind)
+    return (y, *formulas.piecewise_backward(g64, x64, ap, an, beta, eps, kind))
+
+
+@pytest.mark.parametrize("kind", ["xielu", "xiprelu"])
+@pytest.mark.parametrize("shape,transpose", CASES, ids=[str(c) for c in CASES])
+def test_triton_kernels_match_float64_reference_fp32(kind, shape, transpose):
+    x = _tensor(shape, torch.float32, seed=len(shape) + shape[-1], transpose=transpose)
+    grad = _tensor(x.shape, torch.float32, seed=99)
+    alpha_p = torch.tensor([0.73], device=DEVICE)
+    alpha_n = torch.tensor([1.21], device=DEVICE)
+    y = triton_kernels.forward(x, alpha_p, alpha_n, 0.5, EPS, kind)
+    dx, dap, dan = triton_kernels.backward(grad, x, alpha_p, alpha_n, 0.5, EPS, kind)
+    ry, rdx, rdap, rdan = _reference(kind, x, grad, alpha_p, alpha_n)
+    assert y.shape == x.shape and dx.shape == x.shape
+    torch.testing.assert_close(y.cpu().double(), ry, rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(dx.cpu().double(), rdx, rtol=2e-6, atol=1e-6)
+    # fp32 partial sums of fp32 products against exact sums
+    scale = x.numel() ** 0.5
+    torch.testing.assert_close(dap.cpu().double(), rdap, rtol=1e-5, atol=1e-5 * scale)
+    torch.testing.assert_close(dan.cpu().double(), rdan, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("kind", ["xielu", "xiprelu"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_triton_kernels_compute_half_precision_in_fp32(kind, dtype):
+    x = _tensor((5, 999), dtype, seed=3)
+    grad = _tensor((5, 999), dtype, seed=4)
+    alpha_p = torch.tensor([0.8], device=DEVICE)
+    alpha_n = torch.tensor([0.8], device=DEVICE)
+    y = triton_kernels.forward(x, alpha_p, alpha_n, 0.5, EPS, kind)
+    dx, dap, dan = triton_kernels.backward(grad, x, alpha_p, alpha_n, 0.5, EPS, kind)
+    assert y.dtype == dtype and dx.dtype == dtype and dap.dtype == torch.float32
+    ry, rdx, rdap, rdan = _reference(kind, x, grad, alpha_p, alpha_n)
+    # one conversion of the fp32 result to the storage type: at most one ulp (2^-7 relative for
+    # bf16, 2^-10 for fp16); a GPU rounds to nearest (half an ulp), the interpreter truncates
+    rel = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-10
+    assert ((y.cpu().double() - ry).abs() <= rel * ry.abs() + 1e-6).all()
+    assert ((dx.cpu().double() - rdx).abs() <= rel * rdx.abs() + 1e-6).all()
+    torch.testing.assert_close(dap.cpu().double(), rdap, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(dan.cpu().double(), rdan, rtol=1e-5, atol=1e-3)
+
+
+def test_triton_expm1_is_accurate_near_zero():
+    """The kernel's own expm1 must not cancel: relative error at fp32 rounding level."""
+    x = -torch.logspace(-7, 1.5, 400, dtype=torch.float64)
+    alpha = torch.tensor([1.0], device=DEVICE)
+    # with alpha_n = 1, beta = 0 the negative branch is expm1(min(x, eps)) - x; add x back
+    y = triton_kernels.forward(x.float().to(DEVICE), alpha, alpha, 0.0, 0.0, "xielu").cpu().double()
+    got = y + x.float().double()
+    want = torch.expm1(x.float().double())
+    assert ((got - want).abs() / want.abs()).max() < 1e-5
+
+
+def test_alpha_gradients_are_deterministic():
+    x = _tensor((4, 5000), torch.float32, seed=11)
+    grad = _tensor((4, 5000), torch.float32, seed=12)
+    alpha = torch.tensor([0.8], device=DEVICE)
+    first = triton_kernels.backward(grad, x, alpha, alpha, 0.5, EPS, "xielu")
+    second = triton_kernels.backward(grad, x, alpha, alpha, 0.5, EPS, "xielu")
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_module_runs_on_the_triton_backend_end_to_end():
+    from xielu import XIELU
+
+    module = XIELU(backend="triton").to(DEVICE)
+    reference = XIELU(backend="eager", fused=False).to(DEVICE)
+    x = _tensor((3, 700), torch.float32, seed=5).requires_grad_(True)
+    xr = x.detach().clone().requires_grad_(True)
+    module(x).sum().backward()
+    reference(xr).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad, rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(module.alpha_n.grad, reference.alpha_n.grad, rtol=1e-5, atol=1e-4)
