@@ -1,5 +1,6 @@
 """The gradient-design API: every activation's autograd derivative is its designed gradient."""
 
+import copy
 import math
 
 import pytest
@@ -124,3 +125,14 @@ def test_alpha_init_below_its_softplus_floor_is_refused():
 def test_unknown_constraint_is_refused():
     with pytest.raises(ValueError, match="choose one of: softplus, affine, fixed"):
         Alpha(0.8, "sigmoid")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name,module", list(_designed_modules()), ids=lambda v: str(v)[:20])
+def test_outputs_and_gradients_are_finite_from_minus_to_plus_1e4(name, module, dtype):
+    x = torch.linspace(-1e4, 1e4, 4001).to(dtype).requires_grad_(True)
+    module = copy.deepcopy(module).to(dtype)
+    y = module(x)
+    y.backward(torch.ones_like(y))
+    assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in module.parameters())

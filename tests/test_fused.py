@@ -97,12 +97,16 @@ def test_only_the_input_is_saved_for_backward(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_outputs_and_gradients_stay_finite_over_a_wide_range(kind, dtype):
     module = KINDS[kind]()
-    limit = 1e4 if dtype != torch.float16 else 100.0  # 0.8 * (1e4)² overflows fp16's 65504
-    x = torch.linspace(-limit, limit, 20001).to(dtype).requires_grad_(True)
+    x = torch.linspace(-1e4, 1e4, 20001).to(dtype).requires_grad_(True)
     y = module(x)
     y.backward(torch.ones_like(y))
     assert y.dtype == dtype and x.grad.dtype == dtype
-    assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
+    assert torch.isfinite(x.grad).all()
+    # fp16 cannot hold 0.8 * (1e4)² (max 65504): there, and only there, the output is inf
+    exact = KINDS[kind](fused=False).double()(x.detach().double()).detach()
+    representable = exact.abs() < torch.finfo(dtype).max
+    assert torch.isfinite(y[representable]).all()
+    assert torch.isinf(y[~representable]).all()
     assert module.alpha_p.grad.dtype == torch.float32
     assert torch.isfinite(module.alpha_p.grad).all() and torch.isfinite(module.alpha_n.grad).all()
 

@@ -104,12 +104,13 @@ class DesignedActivation(nn.Module):
     def __init__(self, design: GradientDesign, *, constant_buffers: bool = True) -> None:
         super().__init__()
         self.design = design
+        self._branches = design.branches()
         if design.trainable_beta:
             self.beta = nn.Parameter(torch.tensor([design.positive.beta]))
         elif constant_buffers:
             self._register_constants()
         self._integration_offsets = {}
-        for suffix, branch in design.branches().items():
+        for suffix, branch in self._branches.items():
             self._integration_offsets[suffix] = branch.base.value_at_zero()
             if branch.alpha.trainable:
                 raw = branch.alpha.raw_init(branch.beta)
@@ -125,7 +126,7 @@ class DesignedActivation(nn.Module):
         """Fixed scalars stored as buffers (documentation in the state dict, never trained)."""
         if self.design.trainable_beta:
             return {}
-        betas = {suffix: branch.beta for suffix, branch in self.design.branches().items()}
+        betas = {suffix: branch.beta for suffix, branch in self._branches.items()}
         if len(set(betas.values())) == 1:
             return {"beta": next(iter(betas.values()))}
         return {f"beta{suffix}": value for suffix, value in betas.items()}
@@ -133,12 +134,12 @@ class DesignedActivation(nn.Module):
     def _beta_of(self, suffix: str) -> Tensor | float:
         if self.design.trainable_beta:
             return self.beta
-        return self.design.branches()[suffix].beta
+        return self._branches[suffix].beta
 
     def alpha_values(self) -> dict[str, Tensor | float]:
         """Effective alphas, differentiable in the raw parameters: {"alpha_p": ..., ...}."""
         out = {}
-        for suffix, branch in self.design.branches().items():
+        for suffix, branch in self._branches.items():
             raw = getattr(self, f"alpha{suffix}", None)
             out[f"alpha{suffix}"] = branch.alpha.effective(raw, self._beta_of(suffix))
         return out
@@ -153,7 +154,7 @@ class DesignedActivation(nn.Module):
 
     # -- math ------------------------------------------------------------------------------
     def _branch(self, suffix: str, x: Tensor, alpha: Tensor | float) -> Tensor:
-        branch = self.design.branches()[suffix]
+        branch = self._branches[suffix]
         # Each branch sees only its own half-line, so an antiderivative that overflows on the
         # other side (x**3, exp) never puts inf into the value torch.where throws away, and its
         # gradient there is exactly zero rather than 0 * inf = nan. clamp's gradient is 1 at
@@ -189,7 +190,7 @@ class DesignedActivation(nn.Module):
         alphas = self.alpha_values()
 
         def on(suffix: str, xs: Tensor) -> Tensor:
-            branch = self.design.branches()[suffix]
+            branch = self._branches[suffix]
             return alphas[f"alpha{suffix}"] * branch.base.g(xs) + self._beta_of(suffix)
 
         if not self.design.piecewise:
