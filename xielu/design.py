@@ -146,8 +146,10 @@ class DesignedActivation(nn.Module):
 
     @torch.no_grad()
     def effective_scalars(self) -> dict[str, float]:
-        """Effective alphas (and a trainable beta) as floats, for logging and plots."""
-        out = {name: float(value) for name, value in self.alpha_values().items()}
+        """Effective values of the *trainable* scalars (alphas, a trainable beta) as floats, for
+        logging and plots; fixed alphas (SiLU's, ReLU²'s) are left out."""
+        trainable = {f"alpha{s}" for s, b in self._branches.items() if b.alpha.trainable}
+        out = {k: float(v) for k, v in self.alpha_values().items() if k in trainable}
         if self.design.trainable_beta:
             out["beta"] = float(self.beta)
         return out

@@ -1,0 +1,97 @@
+"""The model's configuration: the single source of truth for every architectural knob."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xielu import is_gated
+
+# A plain MLP (up/down) has 2 matrices, a gated one (gate/up/down) 3: widening the plain hidden
+# size by 3/2 gives both the same parameters and FLOPs (paper, section 4: 6144 vs 9216).
+PLAIN_TO_GATED_WIDTH = 1.5
+
+
+def pad_vocab(size: int, multiple: int) -> int:
+    """Round a tokenizer's vocabulary up so the embedding and LM-head matmuls tile evenly."""
+    if size <= 0 or multiple <= 0:
+        raise ValueError(f"vocab size and multiple must be positive, got {size} and {multiple}")
+    return -(-size // multiple) * multiple
+
+
+@dataclass
+class ModelConfig:
+    """A Llama decoder whose MLP activation is pluggable.
+
+    Attributes:
+        vocab_size: embedding rows; the trainer fills it from the tokenizer (padded to
+            ``vocab_multiple``) unless set explicitly, e.g. to the paper's 147456.
+        dim: hidden size.
+        n_layers: transformer blocks.
+        n_heads: attention heads (standard multi-head attention, no GQA).
+        gated_hidden: the gated MLP width the comparison is matched to (paper: 4 * dim).
+        mlp_hidden: explicit MLP width; ``None`` derives it (gated: ``gated_hidden``, plain:
+            1.5 * ``gated_hidden``).
+        activation: a name from the ``xielu`` registry.
+        activation_kwargs: options for that activation (e.g. ``alpha_p_init``).
+        rope_theta: RoPE base (paper: 500000).
+        norm_eps: RMSNorm epsilon.
+        tie_embeddings: share the embedding and LM-head matrix (paper: 1.1B yes, 3B no).
+        qk_norm: RMSNorm on each head's queries and keys (as in the Apertus models).
+        max_seq_len: longest sequence the RoPE tables are built for.
+        init_std: standard deviation of the normal initialisation.
+        vocab_multiple: padding multiple for a tokenizer-derived vocabulary (128: a multiple of
+            every tensor-core tile size and of 8-way tensor parallel shards).
+    """
+
+    vocab_size: int | None = None
+    dim: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    gated_hidden: int = 1024
+    mlp_hidden: int | None = None
+    activation: str = "xielu"
+    activation_kwargs: dict = field(default_factory=dict)
+    rope_theta: float = 500000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = True
+    qk_norm: bool = False
+    max_seq_len: int = 4096
+    init_std: float = 0.02
+    vocab_multiple: int = 128
+
+    def __post_init__(self) -> None:
+        if self.dim % self.n_heads:
+            raise ValueError(
+                f"model.dim={self.dim} is not divisible by model.n_heads={self.n_heads}"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head dimension, got {self.head_dim}")
+        for name in ("dim", "n_layers", "n_heads", "gated_hidden", "max_seq_len"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"model.{name} must be positive, got {getattr(self, name)}")
+        is_gated(self.activation)  # raises with the list of valid names
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def gated(self) -> bool:
+        return is_gated(self.activation)
+
+    @property
+    def hidden(self) -> int:
+        """The MLP width actually built."""
+        if self.mlp_hidden is not None:
+            return self.mlp_hidden
+        if self.gated:
+            return self.gated_hidden
+        return round(self.gated_hidden * PLAIN_TO_GATED_WIDTH)
+
+    def with_vocab_from_tokenizer(self, tokenizer_vocab: int) -> ModelConfig:
+        """This config with ``vocab_size`` taken from a tokenizer unless already set."""
+        if self.vocab_size is not None:
+            return self
+        from dataclasses import replace
+
+        return replace(self, vocab_size=pad_vocab(tokenizer_vocab, self.vocab_multiple))

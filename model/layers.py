@@ -1,0 +1,105 @@
+"""Building blocks of the decoder: RMSNorm, rotary embeddings, attention, and the MLP."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.config import ModelConfig
+from xielu import get_activation
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight, with the statistics in fp32 whatever the input dtype."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * self.weight.float()).to(x.dtype)
+
+
+def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[Tensor, Tensor]:
+    """cos and sin of shape [max_seq_len, head_dim], in the half-split layout.
+
+    Frequencies theta^(-2i/d) for i < d/2, repeated for both halves, as Hugging Face's Llama
+    lays them out, so that exported q/k weights need no permutation.
+    """
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (x_i, x_{i + d/2}) by the position's angle; x is [batch, heads, seq, d]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Causal multi-head self-attention through ``scaled_dot_product_attention``."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = config.n_heads, config.head_dim
+        self.q_proj = nn.Linear(config.dim, config.dim, bias=False)
+        self.k_proj = nn.Linear(config.dim, config.dim, bias=False)
+        self.v_proj = nn.Linear(config.dim, config.dim, bias=False)
+        self.o_proj = nn.Linear(config.dim, config.dim, bias=False)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        batch, seq, dim = x.shape
+
+        def heads(t: Tensor) -> Tensor:
+            return t.view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
+
+        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, dim))
+
+
+class MLP(nn.Module):
+    """``down(act(up(x)))``, or ``down(act(gate(x), up(x)))`` for a gated activation."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.act_fn = get_activation(config.activation, **config.activation_kwargs)
+        self.gated = config.gated
+        self.gate_proj = nn.Linear(config.dim, config.hidden, bias=False) if self.gated else None
+        self.up_proj = nn.Linear(config.dim, config.hidden, bias=False)
+        self.down_proj = nn.Linear(config.hidden, config.dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.gated:
+            return self.down_proj(self.act_fn(self.gate_proj(x), self.up_proj(x)))
+        return self.down_proj(self.act_fn(self.up_proj(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: attention, then MLP."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.dim, config.norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.dim, config.norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))

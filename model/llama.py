@@ -1,0 +1,73 @@
+"""The Llama decoder the paper trains; only the MLP activation changes between runs.
+
+Initialisation: every matrix N(0, init_std) (0.02, as Llama and OLMo), except the two projections
+that write into the residual stream (attention ``o_proj`` and MLP ``down_proj``), which are
+scaled by 1/sqrt(2 * n_layers) so the residual variance does not grow with depth (GPT-2,
+Megatron). Norm weights start at 1; activation scalars keep their own initialisation (xIELU's
+alpha_p = alpha_n = 0.8).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from model.config import ModelConfig
+from model.layers import Block, RMSNorm, rope_tables
+
+
+class Llama(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.vocab_size is None:
+            raise ValueError("model.vocab_size is unset: take it from the tokenizer first")
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.dim, config.norm_eps)
+        self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        std = self.config.init_std
+        residual_std = std / math.sqrt(2 * self.config.n_layers)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear | nn.Embedding):
+                is_residual = name.endswith(("o_proj", "down_proj"))
+                nn.init.normal_(module.weight, 0.0, residual_std if is_residual else std)
+            elif isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """Logits [batch, seq, vocab] for tokens [batch, seq]."""
+        seq = tokens.shape[1]
+        if seq > self.config.max_seq_len:
+            raise ValueError(f"sequence of {seq} tokens exceeds model.max_seq_len")
+        cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        x = self.embed_tokens(tokens)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.norm(x))
+
+    @torch.no_grad()
+    def activation_scalars(self) -> list[dict[str, float]]:
+        """Per layer, the effective trainable scalars of its activation (alpha_p, alpha_n, ...).
+
+        Empty dicts for activations without any (ReLU², SwiGLU).
+        """
+        out = []
+        for layer in self.layers:
+            act = layer.mlp.act_fn
+            scalars = getattr(act, "effective_scalars", None)
+            if scalars is None and hasattr(act, "gate_activation"):
+                scalars = act.gate_activation.effective_scalars
+            out.append(dict(scalars()) if scalars else {})
+        return out
