@@ -61,9 +61,7 @@ class _FusedPiecewise(DesignedActivation):
         self._register_constants()
 
     def _fused_call(self, x: Tensor, alpha_p: Tensor, alpha_n: Tensor) -> Tensor:
-        if self.kind == "xielu":
-            return ops.xielu(x, alpha_p, alpha_n, self._beta, self._eps, self.backend)
-        return ops.xiprelu(x, alpha_p, alpha_n, self._beta, self.backend)
+        return _fused(self.kind, x, alpha_p, alpha_n, self._beta, self._eps, self.backend)
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.fused:
@@ -144,12 +142,16 @@ class FoldedPiecewise(nn.Module):
         self.register_buffer("alpha_n", _scalar(alpha_n).reshape(1))
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.kind == "xielu":
-            return ops.xielu(x, self.alpha_p, self.alpha_n, self.beta, self.eps, self.backend)
-        return ops.xiprelu(x, self.alpha_p, self.alpha_n, self.beta, self.backend)
+        return _fused(self.kind, x, self.alpha_p, self.alpha_n, self.beta, self.eps, self.backend)
 
     def extra_repr(self) -> str:
         return f"{self.kind}, alpha_p={float(self.alpha_p):.4g}, alpha_n={float(self.alpha_n):.4g}"
+
+
+def _fused(kind: str, x: Tensor, alpha_p, alpha_n, beta: float, eps: float, backend) -> Tensor:
+    if kind == "xielu":
+        return ops.xielu(x, alpha_p, alpha_n, beta, eps, backend)
+    return ops.xiprelu(x, alpha_p, alpha_n, beta, backend)
 
 
 def _scalar(value: float) -> Tensor:
