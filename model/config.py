@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xielu import is_gated
 
@@ -92,6 +92,4 @@ class ModelConfig:
         """This config with ``vocab_size`` taken from a tokenizer unless already set."""
         if self.vocab_size is not None:
             return self
-        from dataclasses import replace
-
         return replace(self, vocab_size=pad_vocab(tokenizer_vocab, self.vocab_multiple))

@@ -17,18 +17,16 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from xielu.design import compute_dtype
+
 NegativeBranch = Literal["xielu", "xiprelu"]
 NEGATIVE_BRANCHES: tuple[str, ...] = ("xielu", "xiprelu")
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
 def piecewise_forward(
     x: Tensor, alpha_p: Tensor, alpha_n: Tensor, beta: float, eps: float, kind: NegativeBranch
 ) -> Tensor:
-    xf = x.to(_compute_dtype(x.dtype))
+    xf = x.to(compute_dtype(x.dtype))
     ap = alpha_p.to(xf.dtype)
     an = alpha_n.to(xf.dtype)
     positive = (ap * xf + beta) * xf
@@ -57,7 +55,7 @@ def piecewise_backward(
     itself). Alpha gradients are accumulated in fp32 (or fp64 for fp64 input). The one deliberate
     difference from autograd: a NaN input gets a NaN dx.
     """
-    cdt = _compute_dtype(x.dtype)
+    cdt = compute_dtype(x.dtype)
     xf = x.to(cdt)
     gf = grad.to(cdt)
     ap = alpha_p.to(cdt)
