@@ -44,7 +44,8 @@ class BaseGradient:
     def value_at_zero(self) -> float:
         if self.G0 is not None:
             return self.G0
-        return float(self.G(torch.zeros((), dtype=torch.float64)))
+        # explicit device: modules may be built under a meta default device (sizing big models)
+        return float(self.G(torch.zeros((), dtype=torch.float64, device="cpu")))
 
 
 @dataclass(frozen=True)

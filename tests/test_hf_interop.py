@@ -1,0 +1,132 @@
+"""Hugging Face export/import against transformers' own Llama, Arcee and Apertus classes."""
+
+import json
+
+import pytest
+import torch
+
+from model import Llama, ModelConfig
+from model.hf import SIDECAR, UnsupportedExportError, export_hf, import_hf
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 256
+
+
+def random_model(activation: str, **overrides) -> Llama:
+    """A small model whose every weight (alphas included) is away from its initial value."""
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=VOCAB,
+        dim=64,
+        n_layers=2,
+        n_heads=4,
+        gated_hidden=96,
+        max_seq_len=128,
+        activation=activation,
+        **overrides,
+    )
+    model = Llama(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def load_hf(path):
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    # transformers builds Arcee's XIELUActivation scalars in bf16 whatever dtype is asked for
+    return hf.float().eval()
+
+
+def round_activation_scalars_to_bf16(model: Llama) -> None:
+    with torch.no_grad():
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            if ".act_fn." in name:
+                t.copy_(t.bfloat16().float())
+
+
+EXPORTABLE = [
+    ("swiglu", {}, "LlamaForCausalLM"),
+    ("geglu", {}, "LlamaForCausalLM"),
+    ("geglu", {"activation_kwargs": {"approximate": "tanh"}}, "LlamaForCausalLM"),
+    ("reglu", {}, "LlamaForCausalLM"),
+    ("xielu", {}, "ArceeForCausalLM"),
+    ("relu2", {}, "ArceeForCausalLM"),
+    ("relu", {}, "ArceeForCausalLM"),
+    ("gelu", {}, "ArceeForCausalLM"),
+    ("gelu_tanh", {}, "ArceeForCausalLM"),
+    ("silu", {"tie_embeddings": False}, "ArceeForCausalLM"),
+    ("xielu", {"qk_norm": True}, "ApertusForCausalLM"),
+    ("relu2", {"qk_norm": True, "tie_embeddings": False}, "ApertusForCausalLM"),
+]
+
+
+@pytest.mark.parametrize("activation,overrides,hf_class", EXPORTABLE)
+def test_exported_model_gives_the_same_logits_in_transformers(
+    tmp_path, activation, overrides, hf_class
+):
+    model = random_model(activation, **overrides)
+    export_hf(model, tmp_path)
+    hf = load_hf(tmp_path)
+    assert type(hf).__name__ == hf_class
+    if activation == "xielu" and not model.config.qk_norm:
+        round_activation_scalars_to_bf16(model)  # what transformers' Arcee stored, see load_hf
+    # 100 positions: a wrong RoPE layout (interleaved vs half-split) would show at once
+    tokens = torch.randint(0, VOCAB, (2, 100))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(tokens).logits, model(tokens), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("activation,overrides,hf_class", EXPORTABLE[:5:2] + EXPORTABLE[-2:])
+def test_import_restores_the_model_bit_for_bit(tmp_path, activation, overrides, hf_class):
+    model = random_model(activation, **overrides)
+    export_hf(model, tmp_path)
+    back = import_hf(tmp_path)
+    assert back.config == model.config
+    theirs = back.state_dict()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(theirs[name], tensor), name
+    assert back.config.tie_embeddings == (back.lm_head.weight is back.embed_tokens.weight)
+
+
+@pytest.mark.parametrize("activation,overrides,hf_class", EXPORTABLE[:1] + EXPORTABLE[4:6])
+def test_import_without_our_sidecar_reads_the_transformers_config(
+    tmp_path, activation, overrides, hf_class
+):
+    model = random_model(activation, **overrides)
+    export_hf(model, tmp_path)
+    (tmp_path / SIDECAR).unlink()
+    back = import_hf(tmp_path).eval()
+    assert back.config.activation == activation and back.config.hidden == model.config.hidden
+    tokens = torch.randint(0, VOCAB, (1, 40))
+    with torch.no_grad():
+        torch.testing.assert_close(back(tokens), model(tokens), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("activation", ["xiprelu", "xsilu", "elu", "xielu_neg_zero", "xielu_beta1"])
+def test_activations_unknown_to_transformers_are_refused(tmp_path, activation):
+    with pytest.raises(UnsupportedExportError, match=rf"'{activation}'.*exportable activations"):
+        export_hf(random_model(activation), tmp_path)
+    assert not any(tmp_path.iterdir()), "a refused export must not leave partial files"
+
+
+def test_gated_mlp_with_qk_norm_is_refused(tmp_path):
+    with pytest.raises(UnsupportedExportError, match="qk_norm"):
+        export_hf(random_model("swiglu", qk_norm=True), tmp_path)
+
+
+def test_import_refuses_rope_scaling_and_gqa(tmp_path):
+    export_hf(random_model("relu2"), tmp_path)
+    (tmp_path / SIDECAR).unlink()
+    config_file = tmp_path / "config.json"
+    config = json.loads(config_file.read_text())
+    config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="llama3"):
+        import_hf(tmp_path)
+    config["rope_parameters"] = {"rope_type": "default", "rope_theta": 5e5}
+    config["num_key_value_heads"] = 2
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="grouped-query"):
+        import_hf(tmp_path)
