@@ -41,6 +41,8 @@ class ModelConfig:
         init_std: standard deviation of the normal initialisation.
         vocab_multiple: padding multiple for a tokenizer-derived vocabulary (128: a multiple of
             every tensor-core tile size and of 8-way tensor parallel shards).
+        loss_chunk_tokens: tokens per chunk of the fused LM-head cross-entropy (``model/loss.py``);
+            peak logits memory is this times the vocabulary, in fp32.
     """
 
     vocab_size: int | None = None
@@ -58,6 +60,7 @@ class ModelConfig:
     max_seq_len: int = 4096
     init_std: float = 0.02
     vocab_multiple: int = 128
+    loss_chunk_tokens: int = 1024
 
     def __post_init__(self) -> None:
         if self.dim % self.n_heads:
@@ -66,7 +69,14 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head dimension, got {self.head_dim}")
-        for name in ("dim", "n_layers", "n_heads", "gated_hidden", "max_seq_len"):
+        for name in (
+            "dim",
+            "n_layers",
+            "n_heads",
+            "gated_hidden",
+            "max_seq_len",
+            "loss_chunk_tokens",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model.{name} must be positive, got {getattr(self, name)}")
         is_gated(self.activation)  # raises with the list of valid names

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from model.config import ModelConfig
 from model.layers import Block, RMSNorm, rope_tables
+from model.loss import linear_cross_entropy
 
 
 class Llama(nn.Module):
@@ -46,8 +47,12 @@ class Llama(nn.Module):
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        """Logits [batch, seq, vocab] for tokens [batch, seq]."""
+    def forward(self, tokens: Tensor, targets: Tensor | None = None) -> Tensor:
+        """Logits [batch, seq, vocab] for tokens [batch, seq]; with targets, the mean loss.
+
+        The loss path never builds the full logits (``model.loss``); targets equal to -100 are
+        ignored.
+        """
         seq = tokens.shape[1]
         if seq > self.config.max_seq_len:
             raise ValueError(f"sequence of {seq} tokens exceeds model.max_seq_len")
@@ -55,7 +60,12 @@ class Llama(nn.Module):
         x = self.embed_tokens(tokens)
         for layer in self.layers:
             x = layer(x, cos, sin)
-        return self.lm_head(self.norm(x))
+        x = self.norm(x)
+        if targets is None:
+            return self.lm_head(x)
+        return linear_cross_entropy(
+            x, self.lm_head.weight, targets, chunk_size=self.config.loss_chunk_tokens
+        )
 
     @torch.no_grad()
     def activation_scalars(self) -> list[dict[str, float]]:

@@ -14,9 +14,7 @@ Results are printed, never asserted: speed is measured here, not in the tests.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scripts.timing import median_ms
 from xielu import available_activations, get_activation, is_gated
 from xielu.reference import ReferenceXIELU
 
@@ -54,25 +53,6 @@ def build(row: str, device: torch.device) -> tuple[torch.nn.Module, bool]:
     return get_activation(row).to(device), is_gated(row)
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_fn(fn: Callable[[], None], device: torch.device, warmup: int, repeats: int) -> float:
-    """Median wall time of ``fn`` in milliseconds."""
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
 def saved_bytes(step: Callable[[], torch.Tensor]) -> int:
     """Bytes of the distinct tensors autograd saves for backward during one forward."""
     seen: dict[tuple, int] = {}
@@ -93,7 +73,7 @@ def measure(row: str, args, device: torch.device, compiled: bool) -> tuple[float
     shape = tuple(args.shape)
     if row == "copy (floor)":
         src = torch.randn(shape, device=device, dtype=dtype)
-        return time_fn(src.clone, device, args.warmup, args.repeats), 0.0
+        return median_ms(src.clone, device, args.warmup, args.repeats), 0.0
     module, gated = build(row, device)
     x = torch.randn(shape, device=device, dtype=dtype, requires_grad=True)
     up = torch.randn(shape, device=device, dtype=dtype, requires_grad=True) if gated else None
@@ -111,7 +91,7 @@ def measure(row: str, args, device: torch.device, compiled: bool) -> tuple[float
         for p in module.parameters():
             p.grad = None
 
-    ms = time_fn(step, device, args.warmup, args.repeats)
+    ms = median_ms(step, device, args.warmup, args.repeats)
     return ms, saved_bytes(forward) / (x.numel() * x.element_size())
 
 

@@ -7,9 +7,16 @@
 """
 
 import os
+import sys
 
 import torch
 
 os.environ.setdefault("XIELU_BACKEND", "eager")
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# tests import helpers (tests/data_fixtures.py) and scripts as modules
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for path in (ROOT, os.path.join(ROOT, "tests")):
+    if path not in sys.path:
+        sys.path.insert(0, path)

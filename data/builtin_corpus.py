@@ -1,0 +1,74 @@
+"""An offline smoke-test corpus from documentation that ships with the Python interpreter.
+
+Documents: every pydoc topic (the language reference sections behind ``help()``), and every
+standard-library module's docstrings (module, classes, functions), read with ``ast`` from the
+source files so nothing is imported. About a megabyte of English technical prose: enough for
+``python train.py`` to train and evaluate a tiny model end to end with no network. It is NOT a
+pretraining corpus; results on it say nothing about the paper's claims.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+MIN_CHARS = 200
+
+
+def _pydoc_topics() -> list[str]:
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        return []
+    return [topics[name].strip() for name in sorted(topics)]
+
+
+def _module_docstrings(path: Path) -> str:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return ""
+    parts = [ast.get_docstring(tree) or ""]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node)
+            if doc and not node.name.startswith("_"):
+                parts.append(f"{node.name}: {doc}")
+    return "\n\n".join(p.strip() for p in parts if p.strip())
+
+
+def _stdlib_documents() -> list[str]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = ("site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3")
+    docs = []
+    for path in sorted(root.rglob("*.py")):
+        if any(part in skip for part in path.relative_to(root).parts):
+            continue
+        text = _module_docstrings(path)
+        if text:
+            docs.append(text)
+    return docs
+
+
+def build_documents() -> list[str]:
+    return [d for d in _pydoc_topics() + _stdlib_documents() if len(d) >= MIN_CHARS]
+
+
+def builtin_corpus_path(cache_dir: str | None = None) -> Path:
+    """The corpus as jsonl, built on first use and cached (per Python version)."""
+    cache = Path(cache_dir or os.environ.get("XIELU_CACHE", "~/.cache/xielu-llm")).expanduser()
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    path = cache / f"builtin_corpus_py{version}.jsonl"
+    if path.is_file():
+        return path
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    with tmp.open("w", encoding="utf-8") as out:
+        for doc in build_documents():
+            out.write(json.dumps({"text": doc}) + "\n")
+    tmp.replace(path)  # atomic: concurrent ranks never read a half-written file
+    return path

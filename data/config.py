@@ -1,0 +1,87 @@
+"""The data pipeline's configuration: the single source of truth for every data knob."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SOURCES = ("builtin", "local", "fineweb_edu", "tokenized")
+TOKENIZERS = ("mistral_nemo", "llama3", "hf", "sentencepiece")
+
+
+@dataclass
+class TokenizerConfig:
+    """Attributes:
+    name: ``mistral_nemo`` (Tekken, paper main runs), ``llama3`` (paper ablations), ``hf``
+        (a local transformers tokenizer directory) or ``sentencepiece`` (a local ``.model``).
+    path: the directory or file for ``hf`` and ``sentencepiece``.
+    add_bos: put BOS before every document (EOS always follows every document).
+    """
+
+    name: str = "mistral_nemo"
+    path: str | None = None
+    add_bos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.name not in TOKENIZERS:
+            raise ValueError(
+                f"data.tokenizer.name={self.name!r} is not known; choose one of: "
+                f"{', '.join(TOKENIZERS)}"
+            )
+        if self.name in ("hf", "sentencepiece") and not self.path:
+            raise ValueError(f"data.tokenizer.path is required for data.tokenizer.name={self.name}")
+
+
+@dataclass
+class DataConfig:
+    """Attributes:
+    source: ``builtin`` (offline smoke-test corpus), ``local`` (parquet/jsonl files),
+        ``fineweb_edu`` (streamed from the Hugging Face Hub) or ``tokenized`` (binary shards).
+    paths: glob patterns; ``local``: ``*.parquet``, ``*.jsonl``, ``*.jsonl.gz``;
+        ``tokenized``: ``*.bin`` written by ``scripts/pretokenize.py``.
+    text_column: the column holding document text.
+    hub_repo: the dataset repository streamed by ``fineweb_edu``.
+    hub_config: its configuration (``sample-10BT``, ``sample-100BT``, ``default``, a CC-MAIN dump).
+    min_int_score: keep only documents with ``int_score`` at least this (FineWeb-Edu's 0-5
+        educational score); ``None`` keeps all.
+    seq_len: tokens per training sequence; windows of ``seq_len + 1`` give inputs and targets.
+    document_ids: also yield each position's document index within its window, so attention
+        can be restricted to the document.
+    validation_documents: the first documents of the source, held out from training; the same
+        for every run, activation and world size, so perplexities are comparable.
+    shuffle: permute the order of source fragments (text) or windows (tokenized) each epoch,
+        from ``seed``; exact on resume (no shuffle buffer whose content would be lost).
+    seed: seed of that permutation.
+    num_workers: DataLoader worker processes per rank.
+    cache_dir: where the builtin corpus is cached (default ``~/.cache/xielu-llm``).
+    """
+
+    source: str = "builtin"
+    paths: list[str] = field(default_factory=list)
+    text_column: str = "text"
+    hub_repo: str = "HuggingFaceFW/fineweb-edu"
+    hub_config: str = "sample-10BT"
+    min_int_score: int | None = None
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    seq_len: int = 256
+    document_ids: bool = False
+    validation_documents: int = 100
+    shuffle: bool = True
+    seed: int = 0
+    num_workers: int = 1
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tokenizer, dict):
+            self.tokenizer = TokenizerConfig(**self.tokenizer)
+        if self.source not in SOURCES:
+            raise ValueError(
+                f"data.source={self.source!r} is not known; choose one of: {', '.join(SOURCES)}"
+            )
+        if self.source in ("local", "tokenized") and not self.paths:
+            raise ValueError(f"data.paths must list files (globs) for data.source={self.source}")
+        for name in ("seq_len",):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"data.{name} must be positive, got {getattr(self, name)}")
+        for name in ("validation_documents", "num_workers"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"data.{name} must be >= 0, got {getattr(self, name)}")

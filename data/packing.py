@@ -1,0 +1,72 @@
+"""Concatenate documents and cut them into ``seq_len + 1`` windows.
+
+Consecutive windows overlap by one token (window k covers tokens [k*L, k*L + L]), so every
+token after the first is a target exactly once. The packer's whole state is its buffer of
+not-yet-emitted tokens, which goes into the checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+IGNORE_INDEX = -100
+
+
+class Packer:
+    def __init__(self, seq_len: int, eos_id: int, document_ids: bool = False) -> None:
+        self.seq_len = seq_len
+        self.eos_id = eos_id
+        self.document_ids = document_ids
+        self.buffer = np.zeros(0, dtype=np.int64)
+        self.start = 0  # tokens before this index were emitted (kept until the next add)
+
+    def add(self, ids) -> None:
+        self.buffer = np.concatenate([self.buffer[self.start :], np.asarray(ids, np.int64)])
+        self.start = 0
+
+    def pop(self) -> dict[str, torch.Tensor] | None:
+        """The next complete window, or None; its last token stays as the next one's first."""
+        if len(self.buffer) - self.start <= self.seq_len:
+            return None
+        window = self.window(self.buffer[self.start : self.start + self.seq_len + 1])
+        self.start += self.seq_len
+        return window
+
+    def flush(self) -> Iterator[dict[str, torch.Tensor]]:
+        """The remaining tokens as a last window padded with ignored targets (evaluation)."""
+        rest = self.buffer[self.start :]
+        n = len(rest)
+        if n > 1:
+            padded = np.full(self.seq_len + 1, self.eos_id, dtype=np.int64)
+            padded[:n] = rest
+            window = self.window(padded)
+            window["targets"][n - 1 :] = IGNORE_INDEX
+            yield window
+        self.buffer, self.start = np.zeros(0, dtype=np.int64), 0
+
+    def window(self, ids) -> dict[str, torch.Tensor]:
+        tokens = torch.from_numpy(np.array(ids, dtype=np.int64))  # a copy, owned by the window
+        out = {"inputs": tokens[:-1], "targets": tokens[1:].clone()}
+        if self.document_ids:
+            out["document_ids"] = document_ids(out["inputs"], self.eos_id)
+        return out
+
+    def state_dict(self) -> dict:
+        return {"buffer": torch.from_numpy(self.buffer[self.start :].copy())}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.buffer = np.asarray(state["buffer"], dtype=np.int64).copy()
+        self.start = 0
+
+
+def document_ids(inputs: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """Per position, the index of its document within the window (a new one after each EOS).
+
+    Two positions may attend to each other only when their ids are equal.
+    """
+    after_eos = torch.zeros_like(inputs)
+    after_eos[1:] = (inputs[:-1] == eos_id).long()
+    return after_eos.cumsum(0)

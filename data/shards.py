@@ -1,0 +1,179 @@
+"""Pre-tokenized binary shards: written by ``scripts/pretokenize.py``, read through memory maps.
+
+File layout (little-endian): a 64-byte header ``magic "XIELUTOK", u32 version, u32 bytes per
+token (2 or 4), u64 token count, i64 EOS id, u64 vocabulary size``, zero-padded, then the tokens
+as uint16 (when the vocabulary fits) or uint32. Documents are concatenated, each followed by EOS.
+
+The shards form one token stream in sorted file order. Windows of ``seq_len + 1`` tokens start
+every ``seq_len`` tokens after the validation slice (the first ``validation_documents``
+documents, found by counting EOS); window ``i`` of the epoch's order belongs to stream
+``i % n``, and the order is a seeded permutation per epoch when shuffling. State: epoch and the
+number of windows this stream has yielded.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset
+
+from data.config import DataConfig
+from data.packing import Packer
+from data.sources import expand_paths, fingerprint
+from data.stream import worker_split
+
+MAGIC = b"XIELUTOK"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQqQ")
+HEADER_BYTES = 64
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
+
+
+def write_shard(path: str | Path, tokens: np.ndarray, eos_id: int, vocab_size: int) -> None:
+    """Write atomically (temporary name, then rename) so a reader never sees half a shard."""
+    dtype = token_dtype(vocab_size)
+    tokens = np.asarray(tokens)
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(f"token ids outside [0, {vocab_size}) cannot be stored in {path}")
+    header = HEADER.pack(MAGIC, VERSION, dtype.itemsize, tokens.size, eos_id, vocab_size)
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(header.ljust(HEADER_BYTES, b"\0"))
+        f.write(tokens.astype(dtype.newbyteorder("<"), copy=False).tobytes())
+    tmp.replace(path)
+
+
+class Shard:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with open(path, "rb") as f:
+            raw = f.read(HEADER_BYTES)
+        if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
+            raise ValueError(f"{path} is not a token shard (bad magic); write it with pretokenize")
+        _, version, itemsize, count, self.eos_id, self.vocab_size = HEADER.unpack_from(raw)
+        if version != VERSION or itemsize not in (2, 4):
+            raise ValueError(f"{path}: unsupported shard version {version} / width {itemsize}")
+        expected = HEADER_BYTES + count * itemsize
+        actual = Path(path).stat().st_size
+        if actual != expected:
+            raise ValueError(
+                f"{path} is truncated or corrupt: header says {count} tokens ({expected} bytes), "
+                f"file has {actual} bytes"
+            )
+        dtype = np.dtype("<u2" if itemsize == 2 else "<u4")
+        self.tokens = np.memmap(path, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(count,))
+
+
+class TokenCorpus:
+    """All shards as one stream, with the validation boundary located."""
+
+    def __init__(self, config: DataConfig) -> None:
+        files = expand_paths(config.paths, (".bin",))
+        self.shards = [Shard(f) for f in files]
+        eos = {s.eos_id for s in self.shards}
+        if len(eos) != 1:
+            raise ValueError(f"shards disagree on the EOS id ({sorted(eos)}): mixed tokenizers?")
+        self.eos_id = eos.pop()
+        self.starts = np.cumsum([0] + [len(s.tokens) for s in self.shards])
+        self.total = int(self.starts[-1])
+        self.fingerprint = fingerprint(files)
+        self.validation_end = self._nth_document_end(config.validation_documents)
+
+    def _nth_document_end(self, n: int) -> int:
+        """Token offset just after the n-th EOS (0 for n = 0)."""
+        if n == 0:
+            return 0
+        seen = 0
+        for shard, start in zip(self.shards, self.starts, strict=False):
+            ends = np.flatnonzero(shard.tokens == self.eos_id)
+            if seen + len(ends) >= n:
+                return int(start + ends[n - seen - 1] + 1)
+            seen += len(ends)
+        raise ValueError(f"the token shards hold fewer than validation_documents={n} documents")
+
+    def slice(self, begin: int, end: int) -> np.ndarray:
+        """Tokens [begin, end) of the concatenated stream, across shard boundaries."""
+        parts = []
+        first = int(np.searchsorted(self.starts, begin, side="right")) - 1
+        for i in range(first, len(self.shards)):
+            lo, hi = max(begin, self.starts[i]), min(end, self.starts[i + 1])
+            if lo >= hi:
+                break
+            parts.append(self.shards[i].tokens[lo - self.starts[i] : hi - self.starts[i]])
+        return np.concatenate(parts).astype(np.int64)
+
+
+class TokenStream(IterableDataset):
+    def __init__(self, config: DataConfig, rank: int = 0, world_size: int = 1) -> None:
+        self.config, self.rank, self.world_size = config, rank, world_size
+        self._pending: dict | None = None
+        self._live: dict | None = None
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        c = self.config
+        corpus = TokenCorpus(c)
+        stream, n = worker_split(self.world_size, self.rank)
+        identity = {
+            "source": corpus.fingerprint,
+            "seq_len": c.seq_len,
+            "n_streams": n,
+            "validation_documents": c.validation_documents,
+            "seed": c.seed,
+            "shuffle": c.shuffle,
+        }
+        windows = (corpus.total - corpus.validation_end - 1) // c.seq_len
+        if windows < n:
+            raise ValueError(f"{windows} training windows cannot feed {n} streams: too little data")
+        epoch, done = 0, 0
+        if self._pending is not None:
+            for key, value in identity.items():
+                if self._pending["identity"].get(key) != value:
+                    raise ValueError(
+                        f"cannot resume the data pipeline: its {key} was "
+                        f"{self._pending['identity'].get(key)!r} and is {value!r} now"
+                    )
+            epoch, done = self._pending["epoch"], self._pending["done"]
+        packer = Packer(c.seq_len, corpus.eos_id, c.document_ids)
+        while True:
+            if c.shuffle:
+                gen = torch.Generator().manual_seed(c.seed * 1_000_003 + epoch)
+                order = torch.randperm(windows, generator=gen)[stream::n].numpy()
+            else:
+                order = np.arange(stream, windows, n)
+            for k in range(done, len(order)):
+                begin = corpus.validation_end + int(order[k]) * c.seq_len
+                self._live = {"identity": identity, "epoch": epoch, "done": k + 1}
+                yield packer.window(corpus.slice(begin, begin + c.seq_len + 1))
+            epoch, done = epoch + 1, 0
+
+    def state_dict(self) -> dict:
+        return {"pending": self._live or self._pending}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._pending, self._live = state["pending"], None
+
+
+def validation_windows(
+    config: DataConfig, rank: int, world_size: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    """The held-out documents' tokens as windows; rank r takes windows r, r + world, ..."""
+    corpus = TokenCorpus(config)
+    packer = Packer(config.seq_len, corpus.eos_id, config.document_ids)
+    tokens = corpus.slice(0, corpus.validation_end)
+    index = 0
+    packer.add(tokens)
+    while (window := packer.pop()) is not None:
+        if index % world_size == rank:
+            yield window
+        index += 1
+    tail = list(packer.flush())
+    if tail and index % world_size == rank:
+        yield from tail

@@ -1,0 +1,168 @@
+"""Documents from local files, in a fixed global order, readable from any (fragment, row).
+
+A *fragment* is the unit a stream can be positioned in: one parquet row group, or one whole
+jsonl(.gz) file. Fragments are ordered by sorted file path, then row group, so every process
+agrees on the global document order without talking to the others.
+
+Bad data never stops a run halfway without a message: an unreadable file or row group is skipped
+with a warning and counted; a record that is not valid UTF-8 or JSON, lacks the text field, or
+holds a non-string is counted as bad; an empty or whitespace-only document is counted as empty.
+A parquet file without the text column is a configuration error and stops at once, naming it.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+TEXT_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".json.gz", ".json")
+
+
+@dataclass(frozen=True)
+class Fragment:
+    path: str
+    row_group: int  # -1: the whole (jsonl) file
+    rows: int | None  # known for parquet from its metadata
+
+
+def expand_paths(patterns: list[str], suffixes: tuple[str, ...]) -> list[str]:
+    """Sorted files matching the globs; an error naming the pattern when one matches nothing."""
+    files: set[str] = set()
+    for pattern in patterns:
+        matched = [p for p in glob.glob(os.path.expanduser(pattern), recursive=True)]
+        matched = [p for p in matched if os.path.isfile(p) and p.endswith(suffixes)]
+        if not matched:
+            raise FileNotFoundError(
+                f"data.paths pattern {pattern!r} matches no {'/'.join(suffixes)} file"
+            )
+        files.update(os.path.abspath(p) for p in matched)
+    return sorted(files)
+
+
+def fingerprint(files: list[str], extra: str = "") -> str:
+    """Identifies the data: file names, sizes and modification-independent contents' sizes."""
+    digest = hashlib.sha256(extra.encode())
+    for path in files:
+        digest.update(f"{Path(path).name}:{os.path.getsize(path)};".encode())
+    return digest.hexdigest()[:16]
+
+
+class TextSource:
+    """Local parquet / jsonl(.gz) documents: the ``local`` and ``builtin`` sources."""
+
+    def __init__(
+        self, patterns: list[str], text_column: str = "text", min_int_score: int | None = None
+    ) -> None:
+        self.files = expand_paths(patterns, TEXT_SUFFIXES)
+        self.text_column = text_column
+        self.min_int_score = min_int_score
+        self.stats: Counter = Counter()
+        self.fragments = self._fragments()
+        self.fingerprint = fingerprint(self.files, f"{text_column}:{min_int_score}")
+
+    def _fragments(self) -> list[Fragment]:
+        import pyarrow.parquet as pq
+
+        out = []
+        for path in self.files:
+            if not path.endswith(".parquet"):
+                out.append(Fragment(path, -1, None))
+                continue
+            try:
+                meta = pq.ParquetFile(path).metadata
+            except Exception as error:  # truncated or not parquet at all
+                log.warning("skipping unreadable parquet file %s: %s", path, error)
+                self.stats["bad_files"] += 1
+                continue
+            names = meta.schema.names
+            if self.text_column not in names:
+                raise ValueError(
+                    f"{path} has no column {self.text_column!r} (data.text_column); "
+                    f"its columns: {', '.join(names)}"
+                )
+            out.extend(
+                Fragment(path, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)
+            )
+        return out
+
+    def read(self, fragment: Fragment, start: int = 0) -> Iterator[tuple[int, str | None]]:
+        """(row, text) from ``start`` on; text is None for a record that is skipped."""
+        try:
+            if fragment.row_group >= 0:
+                yield from self._read_parquet(fragment, start)
+            else:
+                yield from self._read_jsonl(fragment.path, start)
+        except (OSError, EOFError, ValueError) as error:
+            if isinstance(error, ValueError) and "has no column" in str(error):
+                raise
+            log.warning("stopped reading %s early: %s", fragment.path, error)
+            self.stats["bad_files"] += 1
+
+    def _keep(self, text, score) -> str | None:
+        if not isinstance(text, str):
+            self.stats["bad_records"] += 1
+            return None
+        if not text.strip():
+            self.stats["empty_documents"] += 1
+            return None
+        if self.min_int_score is not None and (score is None or score < self.min_int_score):
+            self.stats["filtered_documents"] += 1
+            return None
+        return text
+
+    def _read_parquet(self, fragment: Fragment, start: int) -> Iterator[tuple[int, str | None]]:
+        import pyarrow.parquet as pq
+
+        columns = [self.text_column]
+        if self.min_int_score is not None:
+            columns.append("int_score")
+        try:
+            table = pq.ParquetFile(fragment.path).read_row_group(
+                fragment.row_group, columns=columns
+            )
+        except Exception as error:
+            raise OSError(f"row group {fragment.row_group}: {error}") from error
+        texts = table.column(self.text_column).to_pylist()
+        scores = table.column("int_score").to_pylist() if self.min_int_score is not None else None
+        for row in range(start, len(texts)):
+            yield row, self._keep(texts[row], scores[row] if scores else None)
+
+    def _read_jsonl(self, path: str, start: int) -> Iterator[tuple[int, str | None]]:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rb") as lines:
+            for row, line in enumerate(lines):
+                if row < start:
+                    continue
+                try:
+                    record = json.loads(line.decode("utf-8")) if line.strip() else {"": ""}
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    record = None
+                if not isinstance(record, dict):
+                    self.stats["bad_records"] += 1
+                    yield row, None
+                elif not line.strip():
+                    self.stats["empty_documents"] += 1
+                    yield row, None
+                else:
+                    yield row, self._keep(record.get(self.text_column), record.get("int_score"))
+
+    def count_rows(self, fragment: Fragment) -> int:
+        """Records in a fragment, counting skipped ones (rows are positions, not documents)."""
+        if fragment.rows is not None:
+            return fragment.rows
+        opener = gzip.open if fragment.path.endswith(".gz") else open
+        try:
+            with opener(fragment.path, "rb") as lines:
+                return sum(1 for _ in lines)
+        except (OSError, EOFError):
+            return 0

@@ -1,0 +1,227 @@
+"""Packing, sharding over ranks x workers, exact resume, validation slice, bad data."""
+
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from data import DataConfig, TokenizerConfig, build_loader, build_validation_loader
+from data.packing import IGNORE_INDEX, Packer, document_ids
+from data.stream import TextStream
+from data_fixtures import write_parquet_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("fineweb")
+    docs = write_parquet_corpus(directory, files=3, row_group_size=20)
+    return directory, docs
+
+
+def config(directory, **overrides) -> DataConfig:
+    base = dict(
+        source="local",
+        paths=[str(directory / "*.parquet")],
+        seq_len=32,
+        validation_documents=10,
+        num_workers=0,
+        tokenizer=TokenizerConfig("mistral_nemo"),
+    )
+    return DataConfig(**{**base, **overrides})
+
+
+def test_packed_windows_overlap_by_one_and_every_token_is_a_target_once():
+    packer = Packer(seq_len=4, eos_id=0)
+    packer.add([5, 6, 7, 0])
+    packer.add([8, 9, 10, 11, 0, 12])
+    windows = []
+    while (w := packer.pop()) is not None:
+        windows.append(w)
+    assert [w["inputs"].tolist() for w in windows] == [[5, 6, 7, 0], [8, 9, 10, 11]]
+    assert [w["targets"].tolist() for w in windows] == [[6, 7, 0, 8], [9, 10, 11, 0]]
+    (tail,) = packer.flush()  # evaluation: the rest, padded, with padding never a target
+    assert tail["inputs"].tolist() == [0, 12, 0, 0]
+    assert tail["targets"].tolist() == [12, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX]
+    assert list(packer.flush()) == []
+
+
+def test_document_ids_start_a_new_document_after_each_eos():
+    ids = document_ids(torch.tensor([4, 5, 0, 6, 0, 0, 7]), eos_id=0)
+    assert ids.tolist() == [0, 0, 0, 1, 1, 2, 3]
+
+
+def streamed_tokens(cfg: DataConfig, rank: int, world: int) -> Counter:
+    """Every token one stream reads in one epoch, as a multiset."""
+    windows = list(TextStream(cfg, rank, world, epochs=1))
+    counts = Counter([int(windows[0]["inputs"][0])])  # the only token that is no target
+    for window in windows:
+        targets = window["targets"]
+        counts.update(targets[targets != IGNORE_INDEX].tolist())
+    return counts
+
+
+@pytest.mark.parametrize("row_group_size", [20, 1000])  # by fragment, and by row within them
+def test_two_ranks_two_workers_read_every_token_once(tmp_path, row_group_size):
+    write_parquet_corpus(tmp_path, files=3, row_group_size=row_group_size)
+    cfg = config(tmp_path, shuffle=row_group_size == 20)
+    single = streamed_tokens(cfg, 0, 1)
+    # rank r's worker w is stream r * workers + w of world_size * workers (see the next test)
+    combined = sum((streamed_tokens(cfg, stream, 4) for stream in range(4)), Counter())
+    assert combined == single
+    assert sum(single.values()) > 10_000
+
+
+@pytest.mark.slow
+def test_dataloader_workers_are_the_rank_major_streams(corpus):
+    directory, _ = corpus
+    loader = build_loader(config(directory, num_workers=2), batch_size=2, rank=1, world_size=2)
+    it = iter(loader)
+    take(it, 4)
+    workers = loader.state_dict()["_snapshot"]["_worker_snapshots"]
+    streams = sorted(w["dataset_state"]["pending"]["stream"] for w in workers.values())
+    assert streams == [2, 3]
+
+
+def take(iterator, n):
+    return [next(iterator) for _ in range(n)]
+
+
+def assert_same_batches(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for key in x:
+            assert torch.equal(x[key], y[key]), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_yields_the_same_next_batches_twice_over(corpus, workers):
+    directory, _ = corpus
+    cfg = config(directory, num_workers=workers, document_ids=True, seq_len=256)
+    reference = iter(build_loader(cfg, batch_size=3))
+    take(reference, 5)
+    first = build_loader(cfg, batch_size=3)
+    it = iter(first)
+    take(it, 5)
+    state = first.state_dict()
+    expected = take(reference, 40)  # an epoch is ~26 batches: the resume crosses its end
+    resumed = build_loader(cfg, batch_size=3)
+    resumed.load_state_dict(state)
+    it = iter(resumed)
+    got = take(it, 7)
+    second_state = resumed.state_dict()
+    again = build_loader(cfg, batch_size=3)
+    again.load_state_dict(second_state)
+    got += take(iter(again), 33)
+    assert_same_batches(got, expected)
+
+
+@pytest.mark.slow
+def test_resume_with_another_world_size_or_dataset_is_refused(corpus, tmp_path):
+    directory, _ = corpus
+    cfg = config(directory)
+    loader = build_loader(cfg, batch_size=2)
+    take(iter(loader), 2)
+    state = loader.state_dict()
+    other_world = build_loader(cfg, batch_size=2, rank=0, world_size=2)
+    other_world.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"n_streams was 1 .* is 2 now"):
+        next(iter(other_world))
+    write_parquet_corpus(tmp_path, files=2)
+    other_data = build_loader(config(tmp_path), batch_size=2)
+    other_data.load_state_dict(state)
+    with pytest.raises(ValueError, match="its source was"):
+        next(iter(other_data))
+
+
+def test_validation_slice_is_held_out_and_independent_of_world_size(corpus):
+    directory, docs = corpus
+    cfg = config(directory, validation_documents=12)
+    from data.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(cfg.tokenizer)
+    held = [t for d in docs[:12] for t in [*tok.encode(d), tok.eos_id]]
+
+    def evaluated(rank, world):
+        out = []
+        for batch in build_validation_loader(cfg, batch_size=4, rank=rank, world_size=world):
+            t = batch["targets"]
+            out.extend(t[t != IGNORE_INDEX].tolist())
+        return out
+
+    single = evaluated(0, 1)
+    assert single == held[1:]
+    split = evaluated(0, 2) + evaluated(1, 2)
+    assert len(split) == len(held) - 2 and Counter(split) <= Counter(held)
+    # training never sees a held-out document
+    stream = TextStream(config(directory, validation_documents=12, shuffle=False), epochs=1)
+    trained = [w["inputs"][:4].tolist() for w in stream]
+    first_train_doc = tok.encode(docs[12])[:4]
+    assert trained[0] == first_train_doc
+
+
+def test_bad_records_are_skipped_and_counted(tmp_path, caplog):
+    good = "A real sentence about gradients and activation functions. " * 5
+    pq.write_table(
+        pa.table({"text": [good, "", "   \n ", None, good], "int_score": [3, 3, 3, 3, 1]}),
+        tmp_path / "a.parquet",
+    )
+    (tmp_path / "b.jsonl").write_bytes(
+        b'{"text": "' + good.encode() + b'"}\n'
+        b"not json at all\n"
+        b'{"text": "caf\xe9 latin-1 bytes"}\n'
+        b'{"other": "no text field"}\n'
+        b'{"text": 42}\n'
+        b"\n"
+        b'["a", "list"]\n'
+    )
+    truncated = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"text": [good] * 50}), truncated)
+    truncated.write_bytes(truncated.read_bytes()[:200])
+    cfg = DataConfig(
+        source="local",
+        paths=[str(tmp_path / "*.parquet"), str(tmp_path / "*.jsonl")],
+        seq_len=16,
+        validation_documents=0,
+        shuffle=False,
+        tokenizer=TokenizerConfig("llama3"),
+    )
+    stream = TextStream(cfg, epochs=1)
+    windows = list(stream)
+    stats = stream.state_dict()["pending"]["stats"]
+    assert stats["documents"] == 3
+    assert stats["empty_documents"] == 3  # "", whitespace, blank line
+    assert stats["bad_records"] == 6  # None, bad json, latin-1, missing field, 42, a list
+    assert stats["bad_files"] == 1 and "c.parquet" in caplog.text
+    assert len(windows) > 0
+
+
+def test_missing_text_column_names_the_file(tmp_path):
+    pq.write_table(pa.table({"content": ["text"]}), tmp_path / "x.parquet")
+    stream = TextStream(config(tmp_path, validation_documents=0), epochs=1)
+    with pytest.raises(ValueError, match=r"x\.parquet has no column 'text'"):
+        next(iter(stream))
+
+
+def test_int_score_filter_keeps_educational_documents(corpus):
+    directory, docs = corpus
+    everything = TextStream(config(directory, validation_documents=0), epochs=1)
+    list(everything)
+    filtered = TextStream(config(directory, validation_documents=0, min_int_score=4), epochs=1)
+    list(filtered)
+    kept = filtered.state_dict()["pending"]["stats"]
+    assert kept["documents"] == sum(1 for i in range(len(docs)) if 2 + i % 3 >= 4)
+    assert kept["filtered_documents"] + kept["documents"] == len(docs)
+    assert everything.state_dict()["pending"]["stats"]["documents"] == len(docs)
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ValueError, match=r"data\.source='s3' is not known"):
+        DataConfig(source="s3")
+    with pytest.raises(ValueError, match=r"data\.paths must list files"):
+        DataConfig(source="local")
+    with pytest.raises(FileNotFoundError, match="matches no"):
+        next(iter(TextStream(DataConfig(source="local", paths=["/nonexistent/*.parquet"]))))

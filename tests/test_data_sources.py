@@ -1,0 +1,187 @@
+"""The tokenized-shard, builtin and streamed (datasets) sources."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from data import DataConfig, TokenizerConfig, build_loader, build_validation_loader
+from data.hub import HubUnreachableError, open_stream
+from data.packing import IGNORE_INDEX
+from data.shards import Shard, write_shard
+from data.stream import TextStream
+from data_fixtures import write_parquet_corpus
+from scripts.pretokenize import pretokenize
+
+
+@pytest.fixture(scope="module")
+def parquet_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("fineweb")
+    write_parquet_corpus(directory, files=3, row_group_size=20)
+    return directory
+
+
+def local(directory, **overrides) -> DataConfig:
+    base = dict(
+        source="local",
+        paths=[str(directory / "*.parquet")],
+        seq_len=64,
+        validation_documents=10,
+        shuffle=False,
+        num_workers=0,
+    )
+    return DataConfig(**{**base, **overrides})
+
+
+def windows(dataset, n=None):
+    out = []
+    for w in dataset:
+        out.append(w)
+        if n is not None and len(out) == n:
+            break
+    return out
+
+
+def test_shard_header_round_trip_and_width(tmp_path):
+    tokens = np.arange(1000) * 7 % 60000
+    write_shard(tmp_path / "a.bin", tokens, eos_id=3, vocab_size=60000)
+    write_shard(tmp_path / "b.bin", tokens * 2, eos_id=3, vocab_size=131072)
+    a, b = Shard(str(tmp_path / "a.bin")), Shard(str(tmp_path / "b.bin"))
+    assert a.tokens.dtype == np.uint16 and b.tokens.dtype == np.uint32
+    assert np.array_equal(a.tokens, tokens) and np.array_equal(b.tokens, tokens * 2)
+    assert (a.eos_id, a.vocab_size) == (3, 60000)
+    with pytest.raises(ValueError, match="outside"):
+        write_shard(tmp_path / "c.bin", np.array([70000]), eos_id=3, vocab_size=60000)
+
+
+def test_truncated_or_foreign_shards_are_refused_by_name(tmp_path):
+    write_shard(tmp_path / "a.bin", np.arange(100), eos_id=3, vocab_size=1000)
+    data = (tmp_path / "a.bin").read_bytes()
+    (tmp_path / "a.bin").write_bytes(data[:-10])
+    with pytest.raises(ValueError, match=r"a\.bin is truncated"):
+        Shard(str(tmp_path / "a.bin"))
+    (tmp_path / "b.bin").write_bytes(b"PK\x03\x04" + bytes(100))
+    with pytest.raises(ValueError, match=r"b\.bin is not a token shard"):
+        Shard(str(tmp_path / "b.bin"))
+
+
+@pytest.mark.parametrize("tokenizer", ["mistral_nemo", "llama3"])
+def test_pretokenized_shards_yield_the_text_pipelines_windows(parquet_dir, tmp_path, tokenizer):
+    text = local(parquet_dir, tokenizer=TokenizerConfig(tokenizer))
+    totals = pretokenize(text, tmp_path, shard_tokens=5000, workers=1)
+    assert totals["shards"] > 2 and totals["documents"] == 322  # several shards, one stream
+    tokenized = DataConfig(
+        source="tokenized",
+        paths=[str(tmp_path / "*.bin")],
+        seq_len=64,
+        validation_documents=10,
+        shuffle=False,
+        num_workers=0,
+    )
+    from_text = windows(TextStream(text), 150)
+    from_shards = windows(build_loader(tokenized, batch_size=None), 150)
+    for a, b in zip(from_text, from_shards, strict=True):
+        assert torch.equal(a["inputs"], b["inputs"]) and torch.equal(a["targets"], b["targets"])
+    held_text = [b["targets"] for b in build_validation_loader(text, batch_size=None)]
+    held_shards = [b["targets"] for b in build_validation_loader(tokenized, batch_size=None)]
+    assert torch.equal(torch.cat(held_text), torch.cat(held_shards))
+
+
+@pytest.mark.slow
+def test_pretokenize_in_parallel_writes_the_same_tokens(parquet_dir, tmp_path):
+    cfg = local(parquet_dir, tokenizer=TokenizerConfig("llama3"))
+    pretokenize(cfg, tmp_path / "serial", shard_tokens=10**9, workers=1)
+    pretokenize(cfg, tmp_path / "parallel", shard_tokens=10**9, workers=2)
+    serial = Shard(str(tmp_path / "serial" / "shard_00000.bin"))
+    parallel = Shard(str(tmp_path / "parallel" / "shard_00000.bin"))
+    assert serial.tokens.dtype == np.uint32  # 128256 entries do not fit uint16
+    assert np.array_equal(serial.tokens, parallel.tokens)
+
+
+def test_tokenized_resume_and_sharding(parquet_dir, tmp_path):
+    pretokenize(local(parquet_dir), tmp_path, shard_tokens=4000, workers=1)
+    cfg = DataConfig(
+        source="tokenized",
+        paths=[str(tmp_path / "*.bin")],
+        seq_len=32,
+        validation_documents=10,
+        num_workers=0,
+    )
+    loader = build_loader(cfg, batch_size=4)
+    it = iter(loader)
+    windows(it, 3)
+    state = loader.state_dict()
+    expected = windows(it, 250)  # crosses an epoch: a new permutation
+    resumed = build_loader(cfg, batch_size=4)
+    resumed.load_state_dict(state)
+    got = windows(iter(resumed), 250)
+    assert all(torch.equal(a["inputs"], b["inputs"]) for a, b in zip(got, expected, strict=True))
+    # four streams split one epoch's windows without overlap
+    from data.shards import TokenStream
+
+    per_stream = [windows(TokenStream(cfg, s, 4), 40) for s in range(4)]
+    starts = [tuple(w["inputs"][:8].tolist()) for ws in per_stream for w in ws]
+    assert len(set(starts)) == len(starts)
+
+
+@pytest.mark.slow
+def test_builtin_corpus_is_deterministic_english_prose(tmp_path):
+    from data.builtin_corpus import build_documents, builtin_corpus_path
+
+    docs = build_documents()
+    assert sum(map(len, docs)) > 1_000_000 and len(docs) > 300
+    path = builtin_corpus_path(str(tmp_path))  # a second, independent build
+    assert [json.loads(line)["text"] for line in path.read_text().splitlines()] == docs
+    cfg = DataConfig(seq_len=32, cache_dir=str(tmp_path), num_workers=0)
+    batch = next(iter(build_loader(cfg, batch_size=2)))
+    assert batch["inputs"].shape == (2, 32)
+
+
+def test_hub_offline_fails_fast_with_instructions(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubUnreachableError, match=r"HF_HUB_OFFLINE is set.*data=local"):
+        open_stream(DataConfig(source="fineweb_edu"))
+
+
+def test_unreachable_hub_fails_within_seconds(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    start = time.monotonic()
+    with pytest.raises(HubUnreachableError, match=r"did not answer.*data\.paths"):
+        open_stream(DataConfig(source="fineweb_edu"))
+    assert time.monotonic() - start < 15
+
+
+@pytest.mark.slow
+def test_streamed_source_resumes_exactly_after_two_resumes(parquet_dir):
+    # the datasets streaming path on local parquet: same code as the Hub, no network
+    cfg = DataConfig(
+        source="fineweb_edu",
+        paths=[str(p) for p in sorted(parquet_dir.glob("*"))],
+        seq_len=64,
+        validation_documents=10,
+        num_workers=0,
+    )
+    reference = iter(build_loader(cfg, batch_size=2))
+    windows(reference, 4)
+    expected = windows(reference, 60)  # more than an epoch (~45 batches)
+    loader = build_loader(cfg, batch_size=2)
+    windows(iter(loader), 4)
+    first = build_loader(cfg, batch_size=2)
+    first.load_state_dict(loader.state_dict())
+    it = iter(first)
+    got = windows(it, 10)
+    second = build_loader(cfg, batch_size=2)
+    second.load_state_dict(first.state_dict())
+    got += windows(iter(second), 50)
+    assert all(torch.equal(a["inputs"], b["inputs"]) for a, b in zip(got, expected, strict=True))
+    held = [b["targets"] for b in build_validation_loader(cfg, batch_size=None)]
+    local_held = [b["targets"] for b in build_validation_loader(local(parquet_dir), None)]
+    assert torch.equal(torch.cat(held), torch.cat(local_held))
+    assert (torch.cat(held) != IGNORE_INDEX).sum() > 100
