@@ -47,19 +47,28 @@ class Llama(nn.Module):
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
 
-    def forward(self, tokens: Tensor, targets: Tensor | None = None) -> Tensor:
+    def forward(
+        self, tokens: Tensor, targets: Tensor | None = None, document_ids: Tensor | None = None
+    ) -> Tensor:
         """Logits [batch, seq, vocab] for tokens [batch, seq]; with targets, the mean loss.
 
         The loss path never builds the full logits (``model.loss``); targets equal to -100 are
-        ignored.
+        ignored. ``document_ids`` [batch, seq] (from the data pipeline) restricts attention to
+        each packed document; RoPE is relative, so a document then sees exactly what it would
+        alone.
         """
         seq = tokens.shape[1]
         if seq > self.config.max_seq_len:
             raise ValueError(f"sequence of {seq} tokens exceeds model.max_seq_len")
         cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        mask = None
+        if document_ids is not None:
+            causal = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
+            same_doc = document_ids[:, :, None] == document_ids[:, None, :]
+            mask = (causal & same_doc)[:, None]
         x = self.embed_tokens(tokens)
         for layer in self.layers:
-            x = layer(x, cos, sin)
+            x = layer(x, cos, sin, mask)
         x = self.norm(x)
         if targets is None:
             return self.lm_head(x)

@@ -118,3 +118,18 @@ def test_inconsistent_config_names_the_key():
         ModelConfig(dim=30, n_heads=4)
     with pytest.raises(ValueError, match="'swiglo' is not known"):
         ModelConfig(activation="swiglo")
+
+
+def test_document_mask_makes_a_packed_document_see_only_itself():
+    torch.manual_seed(0)
+    model = Llama(tiny()).eval()
+    first, second = torch.randint(0, 96, (1, 7)), torch.randint(0, 96, (1, 9))
+    packed = torch.cat([first, second], dim=1)
+    doc_ids = torch.tensor([[0] * 7 + [1] * 9])
+    with torch.no_grad():
+        together = model(packed, document_ids=doc_ids)
+        alone = model(second)
+        unmasked = model(packed)
+    torch.testing.assert_close(together[:, 7:], alone, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(together[:, :7], unmasked[:, :7])
+    assert not torch.allclose(unmasked[:, 7:], alone, atol=1e-3)
