@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import random
 import sys
 import sysconfig
 from pathlib import Path
@@ -55,14 +56,19 @@ def _stdlib_documents() -> list[str]:
 
 
 def build_documents() -> list[str]:
-    return [d for d in _pydoc_topics() + _stdlib_documents() if len(d) >= MIN_CHARS]
+    """All documents, in a fixed shuffled order: language-reference topics and module
+    docstrings differ in style, and a stream that switched from one to the other halfway
+    would show that switch in the loss curve."""
+    docs = [d for d in _pydoc_topics() + _stdlib_documents() if len(d) >= MIN_CHARS]
+    random.Random(0).shuffle(docs)
+    return docs
 
 
 def builtin_corpus_path(cache_dir: str | None = None) -> Path:
     """The corpus as jsonl, built on first use and cached (per Python version)."""
     cache = Path(cache_dir or os.environ.get("XIELU_CACHE", "~/.cache/xielu-llm")).expanduser()
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    path = cache / f"builtin_corpus_py{version}.jsonl"
+    path = cache / f"builtin_corpus_v2_py{version}.jsonl"
     if path.is_file():
         return path
     cache.mkdir(parents=True, exist_ok=True)

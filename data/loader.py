@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from torch.utils.data import DataLoader, IterableDataset
 
 from data.config import DataConfig
@@ -28,6 +30,9 @@ def build_loader(config: DataConfig, batch_size: int, rank: int = 0, world_size:
     worker's position and which worker's batch comes next.
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
+
+    # torchdata calls a torch API that torch has deprecated; nothing for a user to act on
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
     return StatefulDataLoader(
         training_dataset(config, rank, world_size),

@@ -1,0 +1,213 @@
+"""train.py end to end on CPU: configs, loss, resume, preemption, crashes, NaNs, logging."""
+
+import math
+import os
+import signal
+import time
+
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from data_fixtures import write_parquet_corpus
+from train_helpers import compose, launch, losses, metrics, run, run_in_process, tiny_overrides
+from wandb_records import history_keys
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("corpus")
+    write_parquet_corpus(directory, files=3, row_group_size=20)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    """An uninterrupted 12-step run: the losses every other run must reproduce."""
+    run_dir = tmp_path_factory.mktemp("reference")
+    assert run_in_process(tiny_overrides(corpus, run_dir)) == 0
+    return run_dir, losses(run_dir)
+
+
+def test_invalid_configs_stop_before_any_work_naming_the_key(corpus, tmp_path):
+    base = tiny_overrides(corpus, tmp_path / "run")
+    with pytest.raises(ValueError, match=r"unknown configuration keys: trainer\.stepz"):
+        compose([*base, "+trainer.stepz=3"])
+    with pytest.raises(ConfigCompositionException, match="stepz"):
+        compose([*base, "trainer.stepz=3"])
+    with pytest.raises(ConfigCompositionException, match=r"trainer\.steps=many"):
+        compose([*base, "trainer.steps=many"])
+    with pytest.raises(ValueError, match=r"model\.dim=30 is not divisible by model\.n_heads=4"):
+        compose([*base, "model.dim=30", "model.n_heads=4"])
+    for override, message in [
+        ("trainer.global_batch=5", r"trainer\.global_batch=5 is not divisible"),
+        ("schedule.warmup_steps=10", r"schedule\.warmup_steps=10 \+ schedule\.decay_steps=4"),
+        ("data.seq_len=64", r"data\.seq_len=64 exceeds model\.max_seq_len=32"),
+        ("trainer.parallelism=zero3", r"trainer\.parallelism='zero3' is not one of"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            run_in_process([*base, override])
+    assert not (tmp_path / "run").exists()
+
+
+def test_every_activation_and_experiment_composes(corpus, tmp_path):
+    from xielu import available_activations
+
+    for name in available_activations():
+        config, _ = compose([f"activation={name}"])
+        assert config.model.activation == name
+    for experiment, (steps, batch, seq, lr) in {
+        "paper_1b": (70000, 440, 4096, 8e-4),
+        "paper_3b": (50000, 640, 4096, 7e-4),
+        "ablation_1b": (50000, 80, 1024, 6e-4),
+    }.items():
+        config, _ = compose([f"experiment={experiment}", "data.paths=[/x/*.parquet]"])
+        t = config.trainer
+        assert (t.steps, t.global_batch, config.data.seq_len, config.optim.lr) == (
+            steps,
+            batch,
+            seq,
+            lr,
+        )
+    config, _ = compose(["experiment=ablation_1b", "data.paths=[/x/*.parquet]"])
+    assert config.schedule.name == "cosine" and config.optim.min_lr == 6e-5
+    assert config.data.tokenizer.name == "llama3" and config.optim.weight_decay == 0.01
+
+
+def test_training_loss_falls_and_metrics_are_written(reference):
+    run_dir, loss = reference
+    assert sorted(loss) == list(range(1, 13))
+    assert sum(list(loss.values())[-3:]) / 3 < sum(list(loss.values())[:3]) / 3 - 0.3
+    records = metrics(run_dir)
+    last = [m for m in records if "loss" in m][-1]
+    for key in (
+        "lr",
+        "grad_norm",
+        "tokens",
+        "tokens_per_s",
+        "perplexity",
+        "memory_gib",
+        "alpha_p/layer_00",
+        "alpha_n/layer_01",
+    ):
+        assert key in last, key
+    assert last["tokens"] == 12 * 4 * 32 and "mfu" not in last  # no peak known for a CPU
+    assert any("val/loss" in m for m in records)
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert checkpoints == ["step_000008", "step_000012"]  # keep_checkpoints=2
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_reproduces_every_loss(corpus, reference, tmp_path):
+    _, expected = reference
+    overrides = tiny_overrides(corpus, tmp_path)
+    process = launch(overrides)
+    deadline = time.monotonic() + 120
+    while max(losses(tmp_path), default=0) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    resumed = {k: v for k, v in losses(tmp_path).items() if k <= 6}
+    assert resumed and max(losses(tmp_path)) < 12, "the run finished before it was killed"
+    code, output = run(overrides)
+    assert code == 0, output
+    assert "resumed from" in output
+    assert losses(tmp_path) == expected
+
+
+@pytest.mark.slow
+def test_crash_while_saving_leaves_the_previous_checkpoint(corpus, reference, tmp_path):
+    _, expected = reference
+    overrides = tiny_overrides(corpus, tmp_path)
+    code, output = run([*overrides, "trainer.debug_crash_in_checkpoint_at=8"])
+    assert code == 13, output
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["step_000004", "step_000008.tmp"]
+    code, output = run(overrides)
+    assert code == 0 and "step_000004 at step 4" in output, output
+    assert losses(tmp_path) == expected
+
+
+@pytest.mark.slow
+def test_sigusr1_checkpoints_and_requeues_under_slurm(corpus, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "scontrol.log"
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    scontrol.chmod(0o755)
+    run_dir = tmp_path / "run"
+    overrides = tiny_overrides(
+        corpus,
+        run_dir,
+        **{"trainer.steps": 100000, "trainer.checkpoint_every": 0, "trainer.eval_every": 0},
+    )
+    env = {"SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    process = launch(overrides, env=env)
+    deadline = time.monotonic() + 120
+    while max(losses(run_dir), default=0) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGUSR1)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 75, output
+    (checkpoint,) = (run_dir / "checkpoints").iterdir()
+    step = int(checkpoint.name.split("_")[1])
+    assert step >= 3 and max(losses(run_dir)) == step
+    assert log.read_text().split() == ["requeue", "4242"]
+
+
+def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path):
+    one = tmp_path / "one"
+    assert (
+        run_in_process(
+            tiny_overrides(corpus, one, **{"trainer.debug_nan_steps": "[3]", "trainer.steps": 6})
+        )
+        == 0
+    )
+    records = [m for m in metrics(one) if "loss" in m]
+    assert math.isnan(records[3]["loss"]) and records[-1]["skipped_steps"] == 1
+    assert math.isfinite(records[-1]["loss"])
+    many = tmp_path / "many"
+    code = run_in_process(
+        tiny_overrides(
+            corpus,
+            many,
+            **{
+                "trainer.debug_nan_steps": "[1,2,3,4]",
+                "trainer.max_bad_steps": 2,
+                "trainer.checkpoint_every": 2,
+            },
+        )
+    )
+    assert code == 3
+    # skipped updates keep the weights finite: the step-2 checkpoint is the last good state
+    names = [p.name for p in (many / "checkpoints").iterdir()]
+    assert names == ["step_000002"]
+
+
+def test_wandb_offline_run_receives_the_scalars_and_alpha_table(corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    overrides = tiny_overrides(
+        corpus, tmp_path, **{"logging.wandb.mode": "offline", "trainer.steps": 6}
+    )
+    assert run_in_process(overrides) == 0
+    deadline = time.monotonic() + 30  # wandb's service process writes the file asynchronously
+    keys: set[str] = set()
+    while "val/loss" not in keys and time.monotonic() < deadline:
+        time.sleep(0.2)
+        for run_file in tmp_path.glob("wandb/offline-run-*/run-*.wandb"):
+            keys = history_keys(run_file)
+    for key in (
+        "loss",
+        "lr",
+        "grad_norm",
+        "tokens_per_s",
+        "val/loss",
+        "val/perplexity",
+        "alpha_p/layer_00",
+        "alpha_n/layer_01",
+        "alpha_by_depth/table/_type",
+    ):
+        assert key in keys, key
+    jsonl_keys = set().union(*(m.keys() for m in metrics(tmp_path)))
+    assert {"loss", "val/loss", "alpha_p/layer_00", "alpha_n/layer_01"} <= jsonl_keys

@@ -1,0 +1,101 @@
+"""Run the trainer in tests: tiny settings on real text, in-process or as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+
+
+def tiny_overrides(corpus_dir: Path, run_dir: Path, **extra) -> list[str]:
+    values = {
+        "model.dim": 32,
+        "model.n_layers": 2,
+        "model.n_heads": 2,
+        "model.gated_hidden": 64,
+        "model.max_seq_len": 32,
+        "data": "local",
+        "data.paths": f"[{corpus_dir}/*.parquet]",
+        "data.seq_len": 32,
+        "data.num_workers": 0,
+        "data.validation_documents": 8,
+        "trainer.global_batch": 4,
+        "trainer.micro_batch": 2,
+        "trainer.steps": 12,
+        "trainer.log_every": 1,
+        "trainer.checkpoint_every": 4,
+        "trainer.eval_every": 6,
+        "trainer.eval_batches": 2,
+        "schedule.warmup_steps": 2,
+        "schedule.decay_steps": 4,
+        "logging.wandb.mode": "disabled",
+        "trainer.run_dir": str(run_dir),
+    }
+    values.update(extra)
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+def compose(overrides: list[str]):
+    """The ExperimentConfig and resolved YAML that ``train.py`` would build from overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from training.config import register_configs, to_experiment
+
+    register_configs()
+    with initialize_config_dir(str(CONFIGS), version_base=None):
+        cfg = hydra_compose("train", overrides)
+    return to_experiment(cfg), OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def run_in_process(overrides: list[str]) -> int:
+    from training.loop import train
+
+    return train(*compose(overrides))
+
+
+def launch(overrides: list[str], torchrun: int = 0, **kwargs) -> subprocess.Popen:
+    if torchrun:
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={torchrun}",
+            "--standalone",  # a free port on this host
+            "train.py",
+            *overrides,
+        ]
+    else:
+        cmd = [sys.executable, "train.py", *overrides]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **kwargs.pop("env", {})}
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )
+
+
+def run(overrides: list[str], torchrun: int = 0, timeout: float = 300, **kwargs):
+    process = launch(overrides, torchrun, **kwargs)
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """Training loss per step (a resumed run logs some steps twice: the later one counts)."""
+    return {m["step"]: m["loss"] for m in metrics(run_dir) if "loss" in m}

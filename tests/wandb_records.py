@@ -1,0 +1,47 @@
+"""Read the history keys of an offline wandb run (``run-*.wandb``) without the network.
+
+The file is a LevelDB-style log (a 7-byte ``:W&B`` header, 32 KiB blocks, records of a 7-byte
+header ``crc32, length, type`` with types full/first/middle/last) of protobuf ``Record``s.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+BLOCK = 32768
+HEADER = 7
+
+
+def records(path: Path) -> list[bytes]:
+    data = Path(path).read_bytes()
+    assert data[:4] == b":W&B", f"{path} is not a wandb run file"
+    out, pending, pos = [], b"", HEADER
+    while pos + HEADER <= len(data):
+        if BLOCK - pos % BLOCK < HEADER:  # block trailer too short for a header: padding
+            pos += BLOCK - pos % BLOCK
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + HEADER])
+        pos += HEADER
+        chunk, pos = data[pos : pos + length], pos + length
+        if kind == 1:
+            out.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            out.append(pending + chunk)
+    return out
+
+
+def history_keys(path: Path) -> set[str]:
+    from wandb.proto import wandb_internal_pb2
+
+    keys = set()
+    for raw in records(path):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        if record.WhichOneof("record_type") == "history":
+            keys.update(item.key or "/".join(item.nested_key) for item in record.history.item)
+    return keys

@@ -1,0 +1,232 @@
+"""The trainer's configuration schema: dataclasses registered in Hydra's ConfigStore.
+
+Hydra YAML files only set values; these dataclasses say what exists, its type and meaning. An
+unknown key or a wrong type fails at composition; ``validate`` then checks the settings that
+depend on each other, before any model is built or any file written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from data.config import DataConfig
+from model.config import ModelConfig
+
+
+@dataclass
+class OptimConfig:
+    """AdamW (paper: betas 0.9/0.95, eps 1e-8, weight decay 0.1 main / 0.01 ablations).
+
+    Attributes:
+        lr: peak learning rate.
+        min_lr: the learning rate the schedule decays to.
+        decay_norms_and_embeddings: apply weight decay to norm weights and the embedding too
+            (default off: decay on scale parameters pulls them to zero for no benefit).
+        decay_activation_scalars: apply weight decay to alpha_p / alpha_n / trainable beta
+            (default off, as in the Megatron xIELU runs: decay would pull the softplus-raw alphas
+            towards softplus(0) = 0.69 rather than towards "no activation").
+        grad_clip: global gradient-norm clip; 0 disables.
+        fused: torch's fused AdamW kernel (CUDA and CPU); ``None`` picks it on CUDA.
+    """
+
+    lr: float = 3e-3
+    min_lr: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    decay_norms_and_embeddings: bool = False
+    decay_activation_scalars: bool = False
+    grad_clip: float = 1.0
+    fused: bool | None = None
+
+
+@dataclass
+class ScheduleConfig:
+    """Attributes:
+    name: ``wsd`` (warmup-stable-decay, the paper's main runs) or ``cosine`` (its ablations).
+    warmup_steps: linear warmup from 0 to the peak.
+    decay_steps: ``wsd``: length of the cooldown at the end of the run (paper: 14500 of
+        70000); ``cosine``: ignored (it decays over all steps after warmup).
+    decay_shape: ``wsd`` cooldown: ``1-sqrt`` (paper), ``linear`` or ``cosine``.
+    """
+
+    name: str = "wsd"
+    warmup_steps: int = 20
+    decay_steps: int = 40
+    decay_shape: str = "1-sqrt"
+
+
+@dataclass
+class TrainerConfig:
+    """Attributes:
+    steps: optimizer steps in the run.
+    global_batch: sequences per optimizer step over all ranks (paper: 440 at 1.1B, 640 at 3B,
+        80 in the ablations); gradient accumulation = global / (micro_batch * world size).
+    micro_batch: sequences per rank per forward/backward.
+    parallelism: ``ddp`` or ``fsdp`` (FSDP2 ``fully_shard`` per block, then the root).
+    precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``bf16`` or ``fp32``.
+    compile: ``torch.compile`` each block.
+    activation_checkpointing: recompute each block in backward.
+    seed: model initialisation and everything else random.
+    run_dir: where checkpoints, metrics.jsonl and the resolved config go.
+    checkpoint_every: steps between checkpoints (and one at the end); 0: only at the end.
+    keep_checkpoints: how many recent checkpoints to keep.
+    eval_every: steps between validation passes; 0 disables.
+    eval_batches: validation batches per pass and rank (of micro_batch sequences); 0: the whole
+        slice, the only setting whose numbers compare across world sizes.
+    log_every: steps between console / metrics lines.
+    max_bad_steps: stop after this many consecutive steps with a non-finite loss or gradient.
+    debug_nan_steps: fault injection for tests: make the loss NaN at these steps.
+    debug_crash_in_checkpoint_at: fault injection for tests: die halfway through this step's
+        checkpoint save, after the shards are written and before the checkpoint is published.
+    """
+
+    steps: int = 100
+    global_batch: int = 16
+    micro_batch: int = 8
+    parallelism: str = "ddp"
+    precision: str = "auto"
+    compile: bool = False
+    activation_checkpointing: bool = False
+    seed: int = 0
+    run_dir: str = "runs/${now:%Y-%m-%d_%H-%M-%S}"
+    checkpoint_every: int = 50
+    keep_checkpoints: int = 2
+    eval_every: int = 50
+    eval_batches: int = 8
+    log_every: int = 10
+    max_bad_steps: int = 5
+    debug_nan_steps: list[int] = field(default_factory=list)
+    debug_crash_in_checkpoint_at: int = -1
+
+
+@dataclass
+class WandbConfig:
+    """``mode``: ``online``, ``offline`` (files only, sync later: works with no network) or
+    ``disabled``."""
+
+    mode: str = "offline"
+    project: str = "xielu"
+    entity: str | None = None
+    name: str | None = None
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LoggingConfig:
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+@dataclass
+class ExperimentConfig:
+    """The whole run: what ``train.py`` composes from ``configs/``."""
+
+    name: str = "quickstart"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+
+CHOICES = {
+    "trainer.parallelism": ("ddp", "fsdp"),
+    "trainer.precision": ("auto", "bf16", "fp32"),
+    "schedule.name": ("wsd", "cosine"),
+    "schedule.decay_shape": ("1-sqrt", "linear", "cosine"),
+    "logging.wandb.mode": ("online", "offline", "disabled"),
+}
+
+
+def _get(config: ExperimentConfig, dotted: str):
+    value = config
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def validate(config: ExperimentConfig, world_size: int = 1) -> None:
+    """Settings that depend on each other; raises ValueError naming the key."""
+    for key, allowed in CHOICES.items():
+        if _get(config, key) not in allowed:
+            raise ValueError(f"{key}={_get(config, key)!r} is not one of {', '.join(allowed)}")
+    t, s, o = config.trainer, config.schedule, config.optim
+    for key in (
+        "trainer.steps",
+        "trainer.global_batch",
+        "trainer.micro_batch",
+        "trainer.log_every",
+        "trainer.keep_checkpoints",
+    ):
+        if _get(config, key) <= 0:
+            raise ValueError(f"{key} must be positive, got {_get(config, key)}")
+    for key in (
+        "trainer.checkpoint_every",
+        "trainer.eval_every",
+        "trainer.eval_batches",
+        "schedule.warmup_steps",
+        "schedule.decay_steps",
+        "trainer.max_bad_steps",
+    ):
+        if _get(config, key) < 0:
+            raise ValueError(f"{key} must be >= 0, got {_get(config, key)}")
+    per_step = t.micro_batch * world_size
+    if t.global_batch % per_step:
+        raise ValueError(
+            f"trainer.global_batch={t.global_batch} is not divisible by trainer.micro_batch="
+            f"{t.micro_batch} x world size {world_size}"
+        )
+    decay = s.decay_steps if s.name == "wsd" else 0
+    if s.warmup_steps + decay > t.steps:
+        raise ValueError(
+            f"schedule.warmup_steps={s.warmup_steps} + schedule.decay_steps={decay} is longer "
+            f"than trainer.steps={t.steps}"
+        )
+    if not 0 <= o.min_lr <= o.lr:
+        raise ValueError(f"optim.min_lr={o.min_lr} must lie in [0, optim.lr={o.lr}]")
+    if config.data.seq_len > config.model.max_seq_len:
+        raise ValueError(
+            f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len="
+            f"{config.model.max_seq_len}"
+        )
+
+
+def _unknown_keys(node, schema_type, prefix: str = "") -> list[str]:
+    """Keys present in the composed config but not in the schema (Hydra's ``+key=`` adds them
+    even to a structured config)."""
+    from dataclasses import fields, is_dataclass
+
+    from omegaconf import DictConfig
+
+    names = {f.name: f for f in fields(schema_type)}
+    unknown = []
+    for key in node:
+        if key not in names:
+            unknown.append(prefix + str(key))
+            continue
+        value = node[key]
+        sub = getattr(schema_type(), key) if is_dataclass(schema_type) else None
+        if isinstance(value, DictConfig) and is_dataclass(sub):
+            unknown += _unknown_keys(value, type(sub), f"{prefix}{key}.")
+    return unknown
+
+
+def to_experiment(cfg) -> ExperimentConfig:
+    """The composed Hydra config as the schema's dataclasses, with every check run."""
+    from omegaconf import OmegaConf
+
+    unknown = _unknown_keys(cfg, ExperimentConfig)
+    if unknown:
+        raise ValueError(
+            f"unknown configuration keys: {', '.join(unknown)} (see training/config.py)"
+        )
+    return OmegaConf.to_object(cfg)
+
+
+def register_configs() -> None:
+    """Make the schema available to Hydra as ``experiment_schema``."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="experiment_schema", node=ExperimentConfig)

@@ -1,0 +1,97 @@
+"""Everything that touches torch.distributed: process group, device, model wrapping.
+
+The model never calls torch.distributed; the trainer asks this module for rank, world size and
+the wrapped model. Single-process runs (no ``torchrun``) need no process group at all.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Env:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def init() -> Env:
+    """Read torchrun's environment; start the process group (nccl on CUDA, gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(
+            "nccl" if device.type == "cuda" else "gloo",
+            device_id=device if device.type == "cuda" else None,
+        )
+    return Env(rank, world, local, device)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    """Sum floats over ranks (identity when single-process), in fp64."""
+    if not dist.is_initialized():
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def any_rank(flag: bool, device: torch.device) -> bool:
+    return all_reduce_sum([float(flag)], device)[0] > 0
+
+
+def wrap(model: nn.Module, env: Env, parallelism: str, bf16: bool) -> nn.Module:
+    """DDP, or FSDP2 (``fully_shard`` each block, then the root); unchanged single-process."""
+    if not env.distributed:
+        return model
+    if parallelism == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [env.local_rank] if env.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids)
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if bf16
+        else MixedPrecisionPolicy()
+    )
+    for block in model.layers:
+        fully_shard(block, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    return model
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    return model.module if hasattr(model, "module") and not hasattr(model, "layers") else model

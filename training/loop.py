@@ -1,0 +1,326 @@
+"""The training loop: composes model, data, optimizer, schedule, checkpoints and logging.
+
+One optimizer step = ``accumulation`` micro-batches per rank; the loss of a step is the mean
+over its global batch, the same number whatever the world size (see ``tests/test_train_*``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+from data import build_loader, build_validation_loader, load_tokenizer
+from model import Llama, count_parameters, training_flops_per_token
+from training import checkpoint, distributed
+from training.config import ExperimentConfig, validate
+from training.metrics import (
+    MetricsLogger,
+    alpha_scalars,
+    device_peak_flops,
+    peak_memory_gib,
+)
+from training.optim import build_optimizer
+from training.preemption import Preemption, requeue_or_exit_code
+from training.schedule import learning_rate
+
+log = logging.getLogger(__name__)
+
+EXIT_NON_FINITE = 3
+
+
+class NonFiniteTrainingError(RuntimeError):
+    pass
+
+
+def build_model(config: ExperimentConfig, vocab_size: int, device: torch.device) -> Llama:
+    torch.manual_seed(config.trainer.seed)
+    model_config = config.model.with_vocab_from_tokenizer(vocab_size)
+    model = Llama(model_config).to(device)
+    for block in model.layers:
+        block.checkpointed = config.trainer.activation_checkpointing
+        if config.trainer.compile:
+            block.compile()
+    return model
+
+
+def use_bf16(config: ExperimentConfig, device: torch.device) -> bool:
+    precision = config.trainer.precision
+    return precision == "bf16" or (precision == "auto" and device.type == "cuda")
+
+
+def activation_read_out(model: torch.nn.Module, fsdp: bool) -> list[dict[str, float]]:
+    """Per-layer alphas; under FSDP2 each block is gathered first (its shards hold pieces)."""
+    inner = distributed.unwrap(model)
+    if not fsdp:
+        return inner.activation_scalars()
+    for block in inner.layers:
+        block.unshard()
+    try:
+        return inner.activation_scalars()
+    finally:
+        for block in inner.layers:
+            block.reshard()
+
+
+class Trainer:
+    def __init__(self, config: ExperimentConfig, config_yaml: str) -> None:
+        self.config, self.config_yaml = config, config_yaml
+        self.env = distributed.init()
+        validate(config, self.env.world_size)
+        t = config.trainer
+        self.run_dir = Path(t.run_dir)
+        self.accumulation = t.global_batch // (t.micro_batch * self.env.world_size)
+        self.tokenizer = load_tokenizer(config.data.tokenizer)
+        self.bf16 = use_bf16(config, self.env.device)
+        model = build_model(config, self.tokenizer.vocab_size, self.env.device)
+        self.model_config = model.config
+        self.model = distributed.wrap(model, self.env, t.parallelism, self.bf16)
+        self.optimizer = build_optimizer(self.model, config.optim, self.env.device)
+        self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
+        self.step, self.tokens, self.skipped, self.bad_in_a_row = 0, 0, 0, 0
+        self.preemption = Preemption()
+        self.logger: MetricsLogger | None = None
+        self.flops_per_token = training_flops_per_token(self.model_config, config.data.seq_len)
+        self.peak = device_peak_flops(self.env.device)
+
+    # ----------------------------------------------------------------------------------------
+    def run(self) -> int:
+        env, t = self.env, self.config.trainer
+        if env.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(self.config_yaml)
+        distributed.barrier()
+        self._resume()
+        if env.is_main:
+            self.logger = MetricsLogger(
+                self.run_dir, self.config.logging.wandb, self._config_dict(), self.config.name
+            )
+            self._announce()
+        self.preemption.install()
+        data = iter(self.loader)
+        exit_code = 0
+        started, start_step = time.perf_counter(), self.step
+        try:
+            while self.step < t.steps:
+                step_start = time.perf_counter()
+                metrics = self._train_step(data)
+                step_time = time.perf_counter() - step_start
+                if self._should(t.log_every) or self.step == t.steps:
+                    elapsed = time.perf_counter() - started
+                    rate = (self.step - start_step) / max(elapsed, 1e-9)
+                    self._log(metrics, step_time, (t.steps - self.step) / max(rate, 1e-9))
+                if t.eval_every and (self._should(t.eval_every) or self.step == t.steps):
+                    self._evaluate()
+                preempted = distributed.any_rank(self.preemption.requested is not None, env.device)
+                if self._should(t.checkpoint_every) or self.step == t.steps or preempted:
+                    self._save()
+                if preempted:
+                    log.warning("stopping at step %d to be resumed", self.step)
+                    exit_code = requeue_or_exit_code() if env.is_main else 75
+                    break
+        finally:
+            self.preemption.uninstall()
+            if self.logger is not None:
+                self.logger.close()
+        return exit_code
+
+    # ----------------------------------------------------------------------------------------
+    def _train_step(self, data) -> dict:
+        t, env = self.config.trainer, self.env
+        lr = learning_rate(self.step, t.steps, self.config.optim, self.config.schedule)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=env.device, dtype=torch.float64)
+        for micro in range(self.accumulation):
+            batch = {k: v.to(env.device, non_blocking=True) for k, v in next(data).items()}
+            last = micro == self.accumulation - 1
+            with self._sync(last), self._autocast():
+                loss = self.model(batch["inputs"], batch["targets"], batch.get("document_ids"))
+                if self.step in t.debug_nan_steps:  # fault injection for tests
+                    loss = loss * float("nan")
+            (loss / self.accumulation).backward()
+            loss_sum += loss.detach().double()
+        grad_norm = self._clip()
+        loss_value = distributed.all_reduce_sum([loss_sum.item()], env.device)[0] / (
+            self.accumulation * env.world_size
+        )
+        finite = math.isfinite(loss_value) and math.isfinite(grad_norm)
+        if finite:
+            self.optimizer.step()
+            self.bad_in_a_row = 0
+        else:
+            self.skipped += 1
+            self.bad_in_a_row += 1
+            log.warning(
+                "step %d: non-finite loss %s or gradient norm %s; update skipped (%d in a row)",
+                self.step,
+                loss_value,
+                grad_norm,
+                self.bad_in_a_row,
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.bad_in_a_row > t.max_bad_steps:
+            raise NonFiniteTrainingError(
+                f"{self.bad_in_a_row} consecutive steps had a non-finite loss or gradient "
+                f"(trainer.max_bad_steps={t.max_bad_steps}); stopping without checkpointing. "
+                "Lower optim.lr, check the data, or resume from the last checkpoint."
+            )
+        self.step += 1
+        self.tokens += t.global_batch * self.config.data.seq_len
+        return {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
+
+    def _sync(self, last: bool):
+        """Gradient reduction only on the last micro-batch of an accumulation."""
+        if not self.env.distributed or last:
+            if self.config.trainer.parallelism == "fsdp" and self.env.distributed:
+                self.model.set_requires_gradient_sync(True)
+            return contextlib.nullcontext()
+        if self.config.trainer.parallelism == "ddp":
+            return self.model.no_sync()
+        self.model.set_requires_gradient_sync(False)
+        return contextlib.nullcontext()
+
+    def _autocast(self):
+        if not self.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(self.env.device.type, dtype=torch.bfloat16)
+
+    def _clip(self) -> float:
+        clip = self.config.optim.grad_clip or float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
+        if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor
+            norm = norm.full_tensor()
+        return float(norm)
+
+    # ----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _evaluate(self) -> None:
+        t, env = self.config.trainer, self.env
+        self.model.eval()
+        loader = build_validation_loader(self.config.data, t.micro_batch, env.rank, env.world_size)
+        total, count = 0.0, 0.0
+        for i, batch in enumerate(loader):
+            if t.eval_batches and i >= t.eval_batches:
+                break
+            batch = {k: v.to(env.device) for k, v in batch.items()}
+            n = float((batch["targets"] != -100).sum())
+            if n == 0:
+                continue
+            with self._autocast():
+                loss = self.model(batch["inputs"], batch["targets"], batch.get("document_ids"))
+            total += float(loss) * n
+            count += n
+        total, count = distributed.all_reduce_sum([total, count], env.device)
+        self.model.train()
+        if env.is_main and count:
+            val = total / count
+            self.logger.log(self.step, {"val/loss": val, "val/perplexity": math.exp(min(val, 50))})
+
+    def _log(self, metrics: dict, step_time: float, eta: float) -> None:
+        fsdp = self.config.trainer.parallelism == "fsdp" and self.env.distributed
+        per_layer = activation_read_out(self.model, fsdp)
+        if not self.env.is_main:
+            return
+        t = self.config.trainer
+        tokens_per_s = t.global_batch * self.config.data.seq_len / step_time
+        per_device = tokens_per_s / self.env.world_size
+        record = {
+            **metrics,
+            "perplexity": math.exp(min(metrics["loss"], 50)),
+            "tokens": self.tokens,
+            "tokens_per_s": tokens_per_s,
+            "step_time_s": step_time,
+            "skipped_steps": self.skipped,
+            "memory_gib": peak_memory_gib(self.env.device),
+            "eta_s": eta,
+            **alpha_scalars(per_layer),
+        }
+        if self.peak:
+            record["mfu"] = per_device * self.flops_per_token / self.peak
+        self.logger.log(self.step, record)
+        self.logger.log_alpha_table(self.step, per_layer)
+
+    def _should(self, every: int) -> bool:
+        return every > 0 and self.step % every == 0
+
+    # ----------------------------------------------------------------------------------------
+    def _trainer_state(self) -> dict:
+        return {
+            "step": self.step,
+            "tokens": self.tokens,
+            "skipped": self.skipped,
+            "bad_in_a_row": self.bad_in_a_row,
+        }
+
+    def _save(self) -> None:
+        t = self.config.trainer
+        # each rank checks the shard it holds (FSDP) or its full copy (DDP)
+        local_bad = any(
+            not bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
+            for p in self.model.parameters()
+        )
+        if distributed.any_rank(local_bad, self.env.device):
+            raise NonFiniteTrainingError(
+                f"step {self.step}: the weights are not finite; refusing to overwrite good "
+                "checkpoints with them"
+            )
+        path = checkpoint.save(
+            self.run_dir,
+            self.step,
+            self.model,
+            self.optimizer,
+            self._trainer_state(),
+            self.loader.state_dict(),
+            self.config_yaml,
+            self.env,
+            t.keep_checkpoints,
+            crash_before_publish=self.step == t.debug_crash_in_checkpoint_at,
+        )
+        if self.env.is_main:
+            log.info("saved %s", path)
+
+    def _resume(self) -> None:
+        found = checkpoint.complete_checkpoints(self.run_dir)
+        if not found:
+            return
+        state, data_state = checkpoint.load(found[-1], self.model, self.optimizer, self.env)
+        self.loader.load_state_dict(data_state)
+        self.step, self.tokens = state["step"], state["tokens"]
+        self.skipped, self.bad_in_a_row = state["skipped"], state["bad_in_a_row"]
+        if self.env.is_main:
+            print(f"resumed from {found[-1]} at step {self.step}", flush=True)
+
+    def _config_dict(self) -> dict:
+        config = replace(self.config, model=self.model_config)
+        return asdict(config)
+
+    def _announce(self) -> None:
+        params = count_parameters(self.model_config)
+        c, env = self.config, self.env
+        print(
+            f"{c.name}: {c.model.activation}, {params.total / 1e6:.1f}M parameters "
+            f"(vocab {self.model_config.vocab_size}), {env.world_size} x {env.device.type}, "
+            f"{c.trainer.parallelism if env.distributed else 'single process'}, "
+            f"global batch {c.trainer.global_batch} x {c.data.seq_len} tokens "
+            f"(accumulation {self.accumulation}), {c.trainer.steps} steps -> {self.run_dir}",
+            flush=True,
+        )
+
+
+def train(config: ExperimentConfig, config_yaml: str) -> int:
+    """Run training; returns the process exit code."""
+    trainer = Trainer(config, config_yaml)
+    try:
+        return trainer.run()
+    except NonFiniteTrainingError as error:
+        log.error("%s", error)
+        print(f"error: {error}", flush=True)
+        return EXIT_NON_FINITE
+    finally:
+        distributed.shutdown()

@@ -1,0 +1,155 @@
+"""Where numbers go: the console, ``metrics.jsonl`` in the run directory, and wandb.
+
+Every scalar goes to all three with the same key, so plots need no wandb. MFU is reported only
+where the device's peak is known; there is no guessed number for CPUs or unknown GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import resource
+import secrets
+import sys
+from pathlib import Path
+
+import torch
+
+from training.config import WandbConfig
+
+log = logging.getLogger(__name__)
+
+# dense bf16 peak FLOP/s per device, from the vendors' data sheets
+PEAK_BF16_FLOPS = {
+    "GH200": 989e12,  # the Hopper GPU of a Grace Hopper superchip (H100 SXM class)
+    "H200": 989e12,
+    "H100 PCIe": 756e12,
+    "H100": 989e12,  # SXM / NVL
+    "A100": 312e12,
+}
+
+
+def device_peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, peak in PEAK_BF16_FLOPS.items():  # ordered: "H100 PCIe" before "H100"
+        if key in name:
+            return peak
+    return None
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    # ru_maxrss is KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def alpha_scalars(per_layer: list[dict[str, float]]) -> dict[str, float]:
+    """``alpha_p/layer_00``-style keys for every layer's activation scalars."""
+    out = {}
+    for i, scalars in enumerate(per_layer):
+        for name, value in scalars.items():
+            out[f"{name}/layer_{i:02d}"] = value
+    return out
+
+
+class MetricsLogger:
+    """Rank 0 only: console lines, metrics.jsonl, and wandb when enabled."""
+
+    def __init__(self, run_dir: Path, wandb_config: WandbConfig, config_dict: dict, name: str):
+        self.path = run_dir / "metrics.jsonl"
+        self.file = self.path.open("a")
+        self.wandb = None
+        if wandb_config.mode != "disabled":
+            try:
+                import wandb
+
+                self.wandb = wandb.init(
+                    project=wandb_config.project,
+                    entity=wandb_config.entity,
+                    name=wandb_config.name or name,
+                    group=wandb_config.group,
+                    tags=list(wandb_config.tags),
+                    mode=wandb_config.mode,
+                    dir=str(run_dir),
+                    config=config_dict,
+                    resume="allow",
+                    id=_run_id(run_dir),
+                )
+            except Exception as error:  # never lose a training run to a logging backend
+                log.error("wandb could not start (%s); logging to metrics.jsonl only", error)
+
+    def log(self, step: int, metrics: dict, console: bool = True) -> None:
+        record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=step)
+        if console:
+            print(format_line(step, metrics), file=sys.stdout, flush=True)
+
+    def log_alpha_table(self, step: int, per_layer: list[dict[str, float]]) -> None:
+        """The paper's learned-alpha-by-depth figure as a wandb table and line plot."""
+        if self.wandb is None or not per_layer or not per_layer[0]:
+            return
+        import wandb
+
+        names = sorted(per_layer[0])
+        n = len(per_layer)
+        rows = [[i, i / max(n - 1, 1), *(s[k] for k in names)] for i, s in enumerate(per_layer)]
+        table = wandb.Table(columns=["layer", "depth", *names], data=rows)
+        charts = {
+            f"alpha_by_depth/{k}": wandb.plot.line(table, "depth", k, title=f"{k} vs depth")
+            for k in names
+        }
+        self.wandb.log({"alpha_by_depth/table": table, **charts}, step=step)
+
+    def close(self) -> None:
+        self.file.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _run_id(run_dir: Path) -> str:
+    """The same wandb run id across resumes of one run directory."""
+    id_file = run_dir / "wandb_run_id"
+    if id_file.is_file():
+        return id_file.read_text().strip()
+    run_id = secrets.token_hex(4)
+    id_file.write_text(run_id)
+    return run_id
+
+
+def _plain(value):
+    if isinstance(value, torch.Tensor):
+        return value.item()
+    return value
+
+
+def format_line(step: int, m: dict) -> str:
+    parts = [f"step {step:>6}"]
+    for key, fmt in (
+        ("loss", "loss {:.4f}"),
+        ("val/loss", "val {:.4f}"),
+        ("lr", "lr {:.2e}"),
+        ("grad_norm", "gnorm {:.3f}"),
+        ("tokens_per_s", "{:,.0f} tok/s"),
+        ("mfu", "mfu {:.1%}"),
+        ("eta_s", "eta {}"),
+    ):
+        if key in m and m[key] is not None:
+            value = m[key]
+            if key == "eta_s":
+                value = _duration(value)
+            parts.append(fmt.format(value))
+    return " | ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"

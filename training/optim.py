@@ -1,0 +1,46 @@
+"""AdamW with weight decay only where it makes sense, decided by parameter role."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from training.config import OptimConfig
+
+ACTIVATION_SCALARS = (".act_fn.",)  # alpha_p, alpha_n, trainable beta live under mlp.act_fn
+
+
+def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
+    """Two groups: decayed (matrices, and whatever the config opts in) and not decayed.
+
+    Roles by name and shape: matrices (ndim >= 2) decay; 1-d norm weights and the embedding
+    decay only with ``decay_norms_and_embeddings``; activation scalars only with
+    ``decay_activation_scalars``. A tied LM head is the embedding and follows it.
+    """
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if any(tag in name for tag in ACTIVATION_SCALARS):
+            wants_decay = config.decay_activation_scalars
+        elif "embed_tokens" in name or param.ndim < 2:
+            wants_decay = config.decay_norms_and_embeddings
+        else:
+            wants_decay = True
+        (decay if wants_decay else no_decay).append(param)
+    return [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def build_optimizer(model: nn.Module, config: OptimConfig, device: torch.device):
+    fused = config.fused if config.fused is not None else device.type == "cuda"
+    return torch.optim.AdamW(
+        parameter_groups(model, config),
+        lr=config.lr,
+        betas=tuple(config.betas),
+        eps=config.eps,
+        fused=fused or None,
+        foreach=None if fused else True,
+    )

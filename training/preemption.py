@@ -1,0 +1,50 @@
+"""SLURM preemption: a signal asks for a checkpoint at the next step boundary, then a requeue.
+
+``#SBATCH --signal=USR1@120`` makes SLURM send SIGUSR1 two minutes before the time limit;
+SIGTERM arrives on preemption or ``scancel``. The handler only sets a flag: the step in
+flight finishes, every rank agrees (a rank may get the signal later than another), the
+trainer writes a checkpoint, and then the job requeues itself under SLURM or exits with
+``EXIT_PREEMPTED`` so a wrapper script can tell "stopped to be resumed" from success or failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+
+log = logging.getLogger(__name__)
+
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: try again later
+
+
+class Preemption:
+    def __init__(self) -> None:
+        self.requested: int | None = None
+        self._previous = {}
+
+    def install(self) -> None:
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = signum
+        log.warning("received %s: checkpointing after this step", signal.Signals(signum).name)
+
+
+def requeue_or_exit_code() -> int:
+    """Requeue the SLURM job if there is one (rank 0 calls this); the process exit code."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        try:
+            subprocess.run(["scontrol", "requeue", job], check=True, timeout=60)
+            log.warning("requeued SLURM job %s", job)
+        except (OSError, subprocess.SubprocessError) as error:
+            log.error("could not requeue SLURM job %s: %s", job, error)
+    return EXIT_PREEMPTED
