@@ -43,6 +43,7 @@ def test_invalid_configs_stop_before_any_work_naming_the_key(corpus, tmp_path):
         ("schedule.warmup_steps=10", r"schedule\.warmup_steps=10 \+ schedule\.decay_steps=4"),
         ("data.seq_len=64", r"data\.seq_len=64 exceeds model\.max_seq_len=32"),
         ("trainer.parallelism=zero3", r"trainer\.parallelism='zero3' is not one of"),
+        ("trainer.global_batch_tokens=100", r"trainer\.global_batch_tokens=100 is not a"),
     ]:
         with pytest.raises(ValueError, match=message):
             run_in_process([*base, override])
@@ -211,3 +212,41 @@ def test_wandb_offline_run_receives_the_scalars_and_alpha_table(corpus, tmp_path
         assert key in keys, key
     jsonl_keys = set().union(*(m.keys() for m in metrics(tmp_path)))
     assert {"loss", "val/loss", "alpha_p/layer_00", "alpha_n/layer_01"} <= jsonl_keys
+
+
+def test_batch_in_tokens_and_activation_checkpointing_train_the_same(corpus, reference, tmp_path):
+    _, expected = reference
+    overrides = tiny_overrides(
+        corpus,
+        tmp_path,
+        **{
+            "trainer.global_batch": 999,
+            "trainer.global_batch_tokens": 4 * 32,
+            "trainer.activation_checkpointing": True,
+        },
+    )
+    assert run_in_process(overrides) == 0
+    got = losses(tmp_path)
+    assert got.keys() == expected.keys()
+    for step, loss in expected.items():
+        assert got[step] == pytest.approx(loss, rel=1e-6), step
+
+
+@pytest.mark.slow
+def test_python_train_py_with_the_quickstart_defaults_learns(tmp_path):
+    # the README's main job, shortened: builtin corpus, Tekken, offline wandb, all defaults
+    code, output = run(
+        [
+            f"trainer.run_dir={tmp_path}",
+            "trainer.steps=30",
+            "schedule.decay_steps=10",
+            "trainer.eval_every=30",
+            "trainer.checkpoint_every=30",
+        ],
+        timeout=600,
+    )
+    assert code == 0, output[-3000:]
+    loss = losses(tmp_path)
+    assert loss[30] < loss[10] - 1.0 and loss[10] < 11.0  # ln(131072) = 11.8 at the start
+    assert (tmp_path / "checkpoints" / "step_000030").is_dir()
+    assert list(tmp_path.glob("wandb/offline-run-*"))

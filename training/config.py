@@ -62,6 +62,8 @@ class TrainerConfig:
     steps: optimizer steps in the run.
     global_batch: sequences per optimizer step over all ranks (paper: 440 at 1.1B, 640 at 3B,
         80 in the ablations); gradient accumulation = global / (micro_batch * world size).
+    global_batch_tokens: the global batch in tokens instead (e.g. 1_802_240 = 440 x 4096); a
+        multiple of ``data.seq_len``; when set it replaces ``global_batch``.
     micro_batch: sequences per rank per forward/backward.
     parallelism: ``ddp`` or ``fsdp`` (FSDP2 ``fully_shard`` per block, then the root).
     precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``bf16`` or ``fp32``.
@@ -83,6 +85,7 @@ class TrainerConfig:
 
     steps: int = 100
     global_batch: int = 16
+    global_batch_tokens: int | None = None
     micro_batch: int = 8
     parallelism: str = "ddp"
     precision: str = "auto"
@@ -148,7 +151,10 @@ def _get(config: ExperimentConfig, dotted: str):
 
 
 def validate(config: ExperimentConfig, world_size: int = 1) -> None:
-    """Settings that depend on each other; raises ValueError naming the key."""
+    """Settings that depend on each other; raises ValueError naming the key.
+
+    Also resolves ``trainer.global_batch_tokens`` into ``trainer.global_batch``.
+    """
     for key, allowed in CHOICES.items():
         if _get(config, key) not in allowed:
             raise ValueError(f"{key}={_get(config, key)!r} is not one of {', '.join(allowed)}")
@@ -172,6 +178,13 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
     ):
         if _get(config, key) < 0:
             raise ValueError(f"{key} must be >= 0, got {_get(config, key)}")
+    if t.global_batch_tokens is not None:
+        if t.global_batch_tokens <= 0 or t.global_batch_tokens % config.data.seq_len:
+            raise ValueError(
+                f"trainer.global_batch_tokens={t.global_batch_tokens} is not a positive multiple "
+                f"of data.seq_len={config.data.seq_len}"
+            )
+        t.global_batch = t.global_batch_tokens // config.data.seq_len
     per_step = t.micro_batch * world_size
     if t.global_batch % per_step:
         raise ValueError(
