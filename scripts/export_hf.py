@@ -1,10 +1,13 @@
 """Export a model to a Hugging Face transformers directory, and check the export.
 
+    python scripts/export_hf.py OUT_DIR --run-dir runs/quickstart-xielu [--step 100] --check
+    python scripts/export_hf.py OUT_DIR --model-file model.pt
     python scripts/export_hf.py OUT_DIR --preset tiny --activation xielu --vocab-size 131072
-    python scripts/export_hf.py OUT_DIR --model-file model.pt --check
 
-``--model-file`` takes ``torch.save({"config": asdict(ModelConfig), "model": state_dict})``;
-without it a freshly initialised model of the preset is exported (useful to try the interop).
+``--run-dir`` exports a training run's checkpoint (the newest unless ``--step``), with the
+tokenizer's BOS/EOS ids; ``--model-file`` takes ``torch.save({"config": asdict(ModelConfig),
+"model": state_dict})``; with neither, a freshly initialised preset model is exported (to try
+the interop).
 ``--check`` reloads the directory with transformers' own class and reports the largest logits
 difference on random tokens. See ``model/hf.py`` for which activation maps to which class.
 """
@@ -27,6 +30,15 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def load_model(args: argparse.Namespace) -> Llama:
+    if args.run_dir:
+        from data import load_tokenizer
+        from training.runs import load_trained_model
+
+        model, config, _ = load_trained_model(args.run_dir, args.step)
+        tokenizer = load_tokenizer(config.data.tokenizer)
+        args.bos_token_id = args.bos_token_id if args.bos_token_id is not None else tokenizer.bos_id
+        args.eos_token_id = args.eos_token_id if args.eos_token_id is not None else tokenizer.eos_id
+        return model
     if args.model_file:
         saved = torch.load(args.model_file, map_location="cpu", weights_only=True)
         model = Llama(ModelConfig(**saved["config"]))
@@ -50,6 +62,8 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--run-dir", type=Path)
+    parser.add_argument("--step", type=int)
     parser.add_argument("--model-file", type=Path)
     parser.add_argument("--preset", default="tiny", choices=available_presets())
     parser.add_argument("--activation", default="xielu")

@@ -52,7 +52,7 @@ def complete_checkpoints(run_dir: str | Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def _single_process_is_intended():
+def single_process_is_intended():
     """DCP warns when no process group exists; single-process runs are meant to have none."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
@@ -98,7 +98,7 @@ def save(
         tmp.mkdir(parents=True)
     distributed.barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
-    with _single_process_is_intended():
+    with single_process_is_intended():
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
     torch.save(
         {"data": data_state, "rng": rng_state(), "world_size": env.world_size},
@@ -137,7 +137,7 @@ def load(path: Path, model, optimizer, env: Env) -> tuple[dict, dict]:
         )
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    with _single_process_is_intended():
+    with single_process_is_intended():
         dcp.load(state, checkpoint_id=str(path))
     set_state_dict(
         model,

@@ -78,7 +78,7 @@ class TrainerConfig:
         slice, the only setting whose numbers compare across world sizes.
     log_every: steps between console / metrics lines.
     max_bad_steps: stop after this many consecutive steps with a non-finite loss or gradient.
-    debug_nan_steps: fault injection for tests: make the loss NaN at these steps.
+    debug_nan_steps: fault injection for tests: make the loss NaN at these (0-based) steps.
     debug_crash_in_checkpoint_at: fault injection for tests: die halfway through this step's
         checkpoint save, after the shards are written and before the checkpoint is published.
     """

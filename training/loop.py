@@ -26,7 +26,7 @@ from training.metrics import (
     peak_memory_gib,
 )
 from training.optim import build_optimizer
-from training.preemption import Preemption, requeue_or_exit_code
+from training.preemption import EXIT_PREEMPTED, Preemption, requeue_or_exit_code
 from training.schedule import learning_rate
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class Trainer:
                     self._save()
                 if preempted:
                     log.warning("stopping at step %d to be resumed", self.step)
-                    exit_code = requeue_or_exit_code() if env.is_main else 75
+                    exit_code = requeue_or_exit_code() if env.is_main else EXIT_PREEMPTED
                     break
         finally:
             self.preemption.uninstall()

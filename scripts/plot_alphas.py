@@ -1,0 +1,94 @@
+"""Learned alpha_p / alpha_n against normalised depth (the paper's depth figure), and every
+layer's xIELU curve coloured by depth (its appendix figures), from run checkpoints.
+
+    python scripts/plot_alphas.py figures/alphas.png runs/paper_1b-xielu runs/paper_3b-xielu
+    python scripts/plot_alphas.py figures/alphas.pdf RUN --step 5000 --curves figures/curves.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from training.runs import load_trained_model
+
+
+def learned_alphas(run_dir: str, step: int | None = None) -> tuple[list[dict], object]:
+    model, config, step = load_trained_model(run_dir, step)
+    scalars = model.activation_scalars()
+    if not scalars or not scalars[0]:
+        raise ValueError(f"{run_dir}: activation {config.model.activation!r} has no alphas")
+    return scalars, model
+
+
+def plot_depth(runs: list[str], out: Path, step: int | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for run in runs:
+        scalars, _ = learned_alphas(run, step)
+        depth = [i / max(len(scalars) - 1, 1) for i in range(len(scalars))]
+        for ax, key in zip(axes, ("alpha_p", "alpha_n"), strict=True):
+            ax.plot(depth, [s[key] for s in scalars], marker="o", ms=3, label=Path(run).name)
+    for ax, key in zip(axes, ("alpha_p", "alpha_n"), strict=True):
+        ax.set_xlabel("normalised depth")
+        ax.set_ylabel(key)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plot_layer_curves(run: str, out: Path, step: int | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _, model = learned_alphas(run, step)
+    x = torch.linspace(-4, 2, 601, dtype=torch.float64, requires_grad=True)
+    fig, (ax_f, ax_d) = plt.subplots(1, 2, figsize=(10, 4))
+    cmap = plt.get_cmap("viridis")
+    n = len(model.layers)
+    for i, layer in enumerate(model.layers):
+        act = layer.mlp.act_fn.double()
+        y = act(x)
+        (dy,) = torch.autograd.grad(y.sum(), x)
+        color = cmap(i / max(n - 1, 1))
+        ax_f.plot(x.detach(), y.detach(), color=color, lw=1)
+        ax_d.plot(x.detach(), dy, color=color, lw=1)
+    ax_f.set_title("f(x) per layer (dark: first, light: last)")
+    ax_d.set_title("f'(x) per layer")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("out", type=Path)
+    parser.add_argument("runs", nargs="+")
+    parser.add_argument("--step", type=int)
+    parser.add_argument("--curves", type=Path, help="also the per-layer curves of the first run")
+    args = parser.parse_args(argv)
+    print(f"wrote {plot_depth(args.runs, args.out, args.step)}")
+    if args.curves:
+        print(f"wrote {plot_layer_curves(args.runs[0], args.curves, args.step)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""eval.perplexity reloads a run's checkpoint and reproduces the trainer's validation loss."""
+
+import json
+import math
+
+import pytest
+
+from data_fixtures import write_parquet_corpus
+from eval.perplexity import main as perplexity
+from train_helpers import metrics, run_in_process, tiny_overrides
+from training.runs import load_trained_model
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    corpus = tmp_path_factory.mktemp("corpus")
+    write_parquet_corpus(corpus, files=2, row_group_size=30)
+    run_dir = tmp_path_factory.mktemp("run")
+    assert run_in_process(tiny_overrides(corpus, run_dir, **{"trainer.steps": 6})) == 0
+    return run_dir
+
+
+def test_perplexity_of_the_final_checkpoint_equals_the_trainers_validation(trained):
+    (val,) = [m["val/loss"] for m in metrics(trained) if m["step"] == 6 and "val/loss" in m]
+    result = perplexity([str(trained), "--batches", "2", "--batch-size", "2"])
+    assert result["step"] == 6
+    assert result["loss"] == pytest.approx(val, rel=1e-6)
+    assert result["perplexity"] == pytest.approx(math.exp(val), rel=1e-6)
+    assert result["tokens"] == 2 * 2 * 32
+
+
+def test_the_whole_slice_and_an_older_checkpoint(trained):
+    whole = perplexity([str(trained), "--step", "4"])
+    assert whole["step"] == 4 and whole["tokens"] > 128
+    model, config, step = load_trained_model(trained, 4)
+    assert step == 4 and config.model.dim == 32 and not model.training
+    with pytest.raises(FileNotFoundError, match="no checkpoint at step 5"):
+        load_trained_model(trained, 5)
+
+
+def test_a_run_exports_to_transformers_with_its_tokenizer_ids(trained, tmp_path):
+    from scripts.export_hf import main as export
+
+    export([str(tmp_path), "--run-dir", str(trained), "--check"])
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["architectures"] == ["ArceeForCausalLM"]
+    assert (config["bos_token_id"], config["eos_token_id"]) == (1, 2)  # Tekken
