@@ -30,8 +30,29 @@ class Env:
         return self.world_size > 1
 
 
+def adopt_slurm_tasks(env: dict) -> None:
+    """Fill torchrun's variables from SLURM's when the processes were started by ``srun`` (or
+    by the submitit launcher) with one task per GPU instead of by torchrun."""
+    if "RANK" in env or int(env.get("SLURM_NTASKS", "1")) <= 1:
+        return
+    env["RANK"] = env["SLURM_PROCID"]
+    env["WORLD_SIZE"] = env["SLURM_NTASKS"]
+    env["LOCAL_RANK"] = env.get("SLURM_LOCALID", "0")
+    if "MASTER_ADDR" not in env:
+        import subprocess
+
+        nodes = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", "localhost")
+        hosts = subprocess.run(
+            ["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, check=True
+        ).stdout.split()
+        env["MASTER_ADDR"] = hosts[0]
+    env.setdefault("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
+
+
 def init() -> Env:
-    """Read torchrun's environment; start the process group (nccl on CUDA, gloo on CPU)."""
+    """Read torchrun's (or SLURM's) environment; start the process group (nccl on CUDA, gloo
+    on CPU)."""
+    adopt_slurm_tasks(os.environ)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))

@@ -25,7 +25,9 @@ class Preemption:
         self._previous = {}
 
     def install(self) -> None:
-        for sig in (signal.SIGUSR1, signal.SIGTERM):
+        # USR2: what the submitit launcher asks for before a time limit; we checkpoint and
+        # requeue ourselves instead of its pickling mechanism
+        for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def uninstall(self) -> None:

@@ -1,0 +1,96 @@
+"""The paper's results tables from run directories, as Markdown and CSV.
+
+    python scripts/results_table.py runs/mini_ablation-*                 # main-table layout
+    python scripts/results_table.py runs/ablation_1b-* --ablation --csv results/ablation.csv
+
+Main layout: validation loss and perplexity at the end of the stable phase (the step where the
+WSD cooldown starts) and at the end of the run, per activation. ``--ablation``: the final
+perplexity per row, sorted, beside the paper's number for the same activation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from eval.paper import ABLATION_TABLE
+from scripts.plot_curves import read_metrics
+from training.runs import run_config
+
+
+def summarise(run_dir: str) -> dict:
+    config = run_config(run_dir)
+    steps = config.trainer.steps
+    stable_end = steps - config.schedule.decay_steps if config.schedule.name == "wsd" else None
+    val = {r["step"]: r["val/loss"] for r in read_metrics(run_dir) if "val/loss" in r}
+    row = {
+        "run": Path(run_dir).name,
+        "activation": config.model.activation,
+        "steps": max(val, default=0),
+        "stable_loss": val.get(stable_end) if stable_end else None,
+        "final_loss": val.get(steps),
+    }
+    for key in ("stable", "final"):
+        loss = row[f"{key}_loss"]
+        row[f"{key}_ppl"] = math.exp(loss) if loss is not None else None
+    return row
+
+
+def _fmt(value, digits=3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def main_table(rows: list[dict]) -> list[str]:
+    lines = [
+        "| activation | loss end of stable | ppl end of stable | loss after cooldown | "
+        "ppl after cooldown |",
+        "|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: r["final_loss"] if r["final_loss"] else math.inf):
+        lines.append(
+            f"| {r['activation']} | {_fmt(r['stable_loss'])} | {_fmt(r['stable_ppl'], 2)} "
+            f"| {_fmt(r['final_loss'])} | {_fmt(r['final_ppl'], 2)} |"
+        )
+    return lines
+
+
+def ablation_table(rows: list[dict]) -> list[str]:
+    paper = {row.activation: row for row in ABLATION_TABLE}
+    lines = ["| activation | modification | perplexity | paper perplexity |", "|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: r["final_ppl"] if r["final_ppl"] else math.inf):
+        ref = paper.get(r["activation"])
+        lines.append(
+            f"| {ref.label if ref else r['activation']} | "
+            f"{ref.modification if ref else '?'} | {_fmt(r['final_ppl'], 2)} | "
+            f"{_fmt(ref.perplexity, 2) if ref else '-'} |"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("runs", nargs="+")
+    parser.add_argument("--ablation", action="store_true")
+    parser.add_argument("--csv", type=Path)
+    args = parser.parse_args(argv)
+    rows = [summarise(run) for run in args.runs]
+    print("\n".join(ablation_table(rows) if args.ablation else main_table(rows)))
+    if args.csv:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        with args.csv.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"wrote {args.csv}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Sweeps: the paper's tables expand to exactly their rows; submitit runs jobs; results tables."""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from data_fixtures import write_parquet_corpus
+from eval.paper import ABLATION_TABLE, MAIN_COMPARISON
+from scripts.results_table import main as results_table
+from scripts.sweep import commands, expand, load_sweep
+from train_helpers import ROOT, compose, metrics, tiny_overrides
+from training.distributed import adopt_slurm_tasks
+
+
+def test_ablation_sweep_is_the_papers_ablation_table_row_by_row():
+    jobs = expand(load_sweep("ablation"))
+    assert jobs == [
+        ["experiment=ablation_1b", f"activation={row.activation}"] for row in ABLATION_TABLE
+    ]
+    for job in jobs:
+        config, _ = compose([*job, "data.paths=[/data/*.parquet]"])
+        assert config.name == "ablation_1b" and config.data.tokenizer.name == "llama3"
+        assert f"activation={config.model.activation}" in job
+
+
+def test_main_sweep_is_the_papers_main_comparison():
+    jobs = expand(load_sweep("main"), ["data.paths=[/d/*.parquet]"])
+    expected = [
+        [f"experiment={e}", f"activation={a}", "data.paths=[/d/*.parquet]"]
+        for e, acts in MAIN_COMPARISON.items()
+        for a in acts
+    ]
+    assert jobs == expected
+    first, second = commands(load_sweep("main"), "submitit_slurm")
+    assert "activation=swiglu,relu2,xiprelu,xielu" in first and "hydra.launcher.nodes=22" in first
+    assert "activation=swiglu,xielu" in second and "hydra.launcher.nodes=32" in second
+
+
+def test_dry_run_prints_every_job_and_submits_nothing():
+    out = subprocess.run(
+        [sys.executable, "scripts/sweep.py", "ablation", "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.startswith("13 jobs in 1 multirun call(s)")
+    assert "activation=xielu_neg_zero" in out and "hydra/launcher=submitit_slurm" in out
+
+
+def test_slurm_tasks_become_torch_distributed_ranks(tmp_path, monkeypatch):
+    (tmp_path / "scontrol").write_text('#!/bin/sh\nprintf "nid001\\nnid002\\n"\n')
+    (tmp_path / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    env = {
+        "SLURM_NTASKS": "8",
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_JOB_NODELIST": "nid[001-002]",
+        "SLURM_JOB_ID": "123456",
+    }
+    adopt_slurm_tasks(env)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("5", "8", "1")
+    assert env["MASTER_ADDR"] == "nid001" and env["MASTER_PORT"] == "23456"
+    torchrun = {"RANK": "0", "SLURM_NTASKS": "8", "SLURM_PROCID": "3"}
+    adopt_slurm_tasks(torchrun)  # torchrun's own variables win
+    assert torchrun["RANK"] == "0" and "WORLD_SIZE" not in torchrun
+
+
+@pytest.mark.slow
+def test_submitit_local_runs_a_two_job_sweep_and_the_table_reads_it(tmp_path):
+    corpus = tmp_path / "corpus"
+    write_parquet_corpus(corpus, files=2)
+    overrides = tiny_overrides(
+        corpus, tmp_path / "runs" / "${model.activation}", **{"trainer.eval_every": 8}
+    )
+    cmd = [
+        sys.executable,
+        "train.py",
+        "-m",
+        *overrides,
+        "activation=xielu,relu2",
+        "hydra/launcher=submitit_local",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        "hydra.launcher.timeout_min=10",
+    ]
+    result = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    runs = [tmp_path / "runs" / name for name in ("xielu", "relu2")]
+    for run in runs:
+        assert max(m["step"] for m in metrics(run)) == 12
+    rows = results_table([str(r) for r in runs])
+    assert [r["activation"] for r in rows] == ["xielu", "relu2"]
+    for row in rows:
+        assert math.isfinite(row["stable_loss"]) and math.isfinite(row["final_loss"])
+        assert row["final_ppl"] == pytest.approx(math.exp(row["final_loss"]))
