@@ -1,10 +1,12 @@
 """FineWeb-Edu (or any text dataset) streamed with Hugging Face ``datasets``.
 
 ``datasets.load_dataset(..., streaming=True)`` reads the Hub's parquet files lazily; the stream
-is split over ranks x workers with ``split_dataset_by_node`` (by shard when the shard count
-divides evenly, else one record in n each), and resumed from ``IterableDataset.state_dict()``,
-saved together with the packer's buffer. The first ``validation_documents`` records are held
-out with ``take``/``skip`` before the split, so they are the same for every run.
+is split over ranks with ``split_dataset_by_node`` (by shard when the shard count divides
+evenly, else one record in n each) and over DataLoader workers by ``datasets`` itself (by
+shard: use at most as many workers as a rank has shards), and resumed from
+``IterableDataset.state_dict()``, saved together with the packer's buffer. The first
+``validation_documents`` records are held out with ``take``/``skip`` before the split, so they
+are the same for every run.
 
 The Hub is checked up front: with ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` set, or the Hub not
 answering within seconds, the run stops with what to do instead (``data=local``), rather than
@@ -94,7 +96,7 @@ class HubStream(IterableDataset):
 
         c = self.config
         tokenizer = load_tokenizer(c.tokenizer)
-        stream, n = worker_split(self.world_size, self.rank)
+        _, n = worker_split(self.world_size, self.rank)  # n only fingerprints the layout
         identity = {
             "source": f"{c.hub_repo}/{c.hub_config}:{sorted(c.paths)}:{c.min_int_score}",
             "tokenizer": c.tokenizer.name,
@@ -102,8 +104,12 @@ class HubStream(IterableDataset):
             "n_streams": n,
             "validation_documents": c.validation_documents,
         }
+        # split by rank only: inside a DataLoader worker, datasets itself gives each worker its
+        # own shards (splitting by rank x worker here as well would drop all but 1/W of them)
         ds = split_dataset_by_node(
-            open_stream(c).skip(c.validation_documents), rank=stream, world_size=n
+            open_stream(c).skip(c.validation_documents),
+            rank=self.rank,
+            world_size=self.world_size,
         )
         packer = Packer(c.seq_len, tokenizer.eos_id, c.document_ids)
         epoch = 0

@@ -103,11 +103,14 @@ class TokenCorpus:
         """Tokens [begin, end) of the concatenated stream, across shard boundaries."""
         parts = []
         first = int(np.searchsorted(self.starts, begin, side="right")) - 1
-        for i in range(first, len(self.shards)):
-            lo, hi = max(begin, self.starts[i]), min(end, self.starts[i + 1])
-            if lo >= hi:
+        for i in range(max(first, 0), len(self.shards)):
+            if self.starts[i] >= end:
                 break
-            parts.append(self.shards[i].tokens[lo - self.starts[i] : hi - self.starts[i]])
+            lo, hi = max(begin, self.starts[i]), min(end, self.starts[i + 1])
+            if lo < hi:  # an empty shard in the middle contributes nothing
+                parts.append(self.shards[i].tokens[lo - self.starts[i] : hi - self.starts[i]])
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
         return np.concatenate(parts).astype(np.int64)
 
 

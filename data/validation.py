@@ -1,8 +1,9 @@
 """The held-out validation slice: the first ``validation_documents`` records of the source.
 
-The same documents for every run, activation and world size; ranks split them by document
-index (``i % world_size == rank``) and the last partial window is padded with ignored targets,
-so summed over ranks every held-out token is evaluated exactly once.
+The same documents for every run, activation and world size. Every rank packs the whole slice
+the same way and keeps windows ``i % world_size == rank`` (the last, partial window padded with
+ignored targets), so the windows, and the token-weighted loss over them, do not depend on the
+world size.
 """
 
 from __future__ import annotations
@@ -37,13 +38,17 @@ class ValidationStream(IterableDataset):
             documents = self._local_documents()
         tokenizer = load_tokenizer(c.tokenizer)
         packer = Packer(c.seq_len, tokenizer.eos_id, c.document_ids)
-        for i, text in enumerate(documents):
-            if i % self.world_size != self.rank or text is None:
+        index = 0
+        for text in documents:
+            if text is None:
                 continue
             packer.add(document_ids(tokenizer, text, c.tokenizer.add_bos))
             while (window := packer.pop()) is not None:
-                yield window
-        yield from packer.flush()
+                if index % self.world_size == self.rank:
+                    yield window
+                index += 1
+        if index % self.world_size == self.rank:
+            yield from packer.flush()
 
     def _local_documents(self) -> Iterator[str | None]:
         source = text_source(self.config)

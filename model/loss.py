@@ -23,11 +23,14 @@ IGNORE_INDEX = -100
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk: int, ignore: int):
+    def forward(
+        ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk: int, ignore: int, grad: bool
+    ):
         n = hidden.shape[0]
         valid = targets != ignore
         count = valid.sum().clamp(min=1)
-        needs_h, needs_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        # grad=False (evaluation under no_grad): no gradient work and no vocab x dim buffer
+        needs_h, needs_w = ctx.needs_input_grad[0] and grad, ctx.needs_input_grad[1] and grad
         acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 for bf16, fp64 stays
         grad_hidden = torch.empty_like(hidden) if needs_h else None
         grad_weight = torch.zeros_like(weight, dtype=acc) if needs_w else None
@@ -64,7 +67,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         dh = grad_hidden * grad_loss.to(grad_hidden.dtype) if grad_hidden is not None else None
         dw = (grad_weight * grad_loss).to(ctx.weight_dtype) if grad_weight is not None else None
-        return dh, dw, None, None, None
+        return dh, dw, None, None, None, None
 
 
 def linear_cross_entropy(
@@ -82,5 +85,10 @@ def linear_cross_entropy(
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     return _ChunkedLinearCrossEntropy.apply(
-        hidden.reshape(-1, hidden.shape[-1]), weight, targets.reshape(-1), chunk_size, ignore_index
+        hidden.reshape(-1, hidden.shape[-1]),
+        weight,
+        targets.reshape(-1),
+        chunk_size,
+        ignore_index,
+        torch.is_grad_enabled(),
     )

@@ -56,6 +56,18 @@ def test_shard_header_round_trip_and_width(tmp_path):
         write_shard(tmp_path / "c.bin", np.array([70000]), eos_id=3, vocab_size=60000)
 
 
+def test_token_stream_reads_across_an_empty_shard(tmp_path):
+    from data.shards import TokenCorpus
+
+    write_shard(tmp_path / "a.bin", np.arange(10), eos_id=3, vocab_size=100)
+    write_shard(tmp_path / "b.bin", np.arange(0), eos_id=3, vocab_size=100)
+    write_shard(tmp_path / "c.bin", np.arange(10, 20), eos_id=3, vocab_size=100)
+    cfg = DataConfig(source="tokenized", paths=[str(tmp_path / "*.bin")], validation_documents=0)
+    corpus = TokenCorpus(cfg)
+    assert corpus.slice(5, 15).tolist() == list(range(5, 15))
+    assert corpus.slice(0, 0).tolist() == []  # an empty validation slice
+
+
 def test_truncated_or_foreign_shards_are_refused_by_name(tmp_path):
     write_shard(tmp_path / "a.bin", np.arange(100), eos_id=3, vocab_size=1000)
     data = (tmp_path / "a.bin").read_bytes()

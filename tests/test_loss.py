@@ -63,3 +63,11 @@ def test_model_loss_equals_cross_entropy_of_its_logits_with_tied_head():
     want = torch.autograd.grad(ref, model.embed_tokens.weight)[0]
     torch.testing.assert_close(loss, ref, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_evaluation_under_no_grad_gives_the_same_loss_without_gradient_work():
+    hidden, weight, targets = problem()
+    with_grad = linear_cross_entropy(hidden, weight, targets, chunk_size=13)
+    with torch.no_grad():
+        without = linear_cross_entropy(hidden, weight, targets, chunk_size=13)
+    assert without.grad_fn is None and torch.equal(without, with_grad.detach())

@@ -9,7 +9,7 @@ micro-batch.
 import pytest
 
 from data_fixtures import write_parquet_corpus
-from train_helpers import losses, run, run_in_process, tiny_overrides
+from train_helpers import losses, metrics, run, run_in_process, tiny_overrides
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +22,15 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def single(corpus, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("single")
-    overrides = tiny_overrides(corpus, run_dir, **{"data.num_workers": 2, "trainer.steps": 8})
+    overrides = tiny_overrides(
+        corpus, run_dir, **{"data.num_workers": 2, "trainer.steps": 8, "trainer.eval_batches": 0}
+    )
     assert run_in_process(overrides) == 0
-    return losses(run_dir)
+    return losses(run_dir), validation(run_dir)
+
+
+def validation(run_dir) -> dict[int, float]:
+    return {m["step"]: m["val/loss"] for m in metrics(run_dir) if "val/loss" in m}
 
 
 @pytest.mark.slow
@@ -35,15 +41,24 @@ def test_two_processes_match_one_process_with_the_same_global_batch(
     overrides = tiny_overrides(
         corpus,
         tmp_path,
-        **{"data.num_workers": 1, "trainer.steps": 8, "trainer.parallelism": parallelism},
+        **{
+            "data.num_workers": 1,
+            "trainer.steps": 8,
+            "trainer.parallelism": parallelism,
+            # the whole validation slice: the ranks hold different numbers of batches
+            "trainer.eval_batches": 0,
+        },
     )
+    single_losses, single_val = single
     code, output = run(overrides, torchrun=2, timeout=240)
     assert code == 0, output[-3000:]
     got = losses(tmp_path)
-    assert sorted(got) == sorted(single)
-    for step, loss in single.items():
+    assert sorted(got) == sorted(single_losses)
+    for step, loss in single_losses.items():
         assert got[step] == pytest.approx(loss, rel=1e-5, abs=1e-5), step
-    assert single[8] < single[1]
+    assert single_losses[8] < single_losses[1]
+    # token-weighted over the whole slice: the same number whatever the world size
+    assert validation(tmp_path) == pytest.approx(single_val, rel=1e-5)
     # the sharded checkpoint loads back into a sharded model (a longer run resumes from it)
     code, output = run([*overrides, "trainer.steps=9"], torchrun=2, timeout=240)
     assert code == 0 and "resumed from" in output and "at step 8" in output, output[-3000:]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import re
 import shutil
@@ -57,6 +58,13 @@ def single_process_is_intended():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         yield
+
+
+def _flush_to_disk(f) -> None:
+    """fsync before the rename publishes the checkpoint, so a node crash cannot leave a
+    published checkpoint with truncated files (DCP syncs its own shards)."""
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def rng_state() -> dict:
@@ -100,17 +108,19 @@ def save(
     model_state, optim_state = get_state_dict(model, optimizer)
     with single_process_is_intended():
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
-    torch.save(
-        {"data": data_state, "rng": rng_state(), "world_size": env.world_size},
-        tmp / f"rank_{env.rank:05d}.pt",
-    )
+    with open(tmp / f"rank_{env.rank:05d}.pt", "wb") as f:
+        torch.save({"data": data_state, "rng": rng_state(), "world_size": env.world_size}, f)
+        _flush_to_disk(f)
     if env.is_main:
-        (tmp / "trainer.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
-        (tmp / "config.yaml").write_text(config_yaml)
+        for name, text in (
+            ("trainer.json", json.dumps(trainer_state, indent=2) + "\n"),
+            ("config.yaml", config_yaml),
+        ):
+            with open(tmp / name, "w") as f:
+                f.write(text)
+                _flush_to_disk(f)
     distributed.barrier()
     if crash_before_publish:  # fault injection (trainer.debug_crash_in_checkpoint_at)
-        import os
-
         os._exit(13)
     if env.is_main:
         shutil.rmtree(final, ignore_errors=True)
@@ -125,9 +135,11 @@ def load(path: Path, model, optimizer, env: Env) -> tuple[dict, dict]:
     """Restore model, optimizer and RNG in place; return (trainer state, data state)."""
     rank_file = path / f"rank_{env.rank:05d}.pt"
     if not rank_file.is_file():
+        written = len(list(path.glob("rank_*.pt")))
         raise ValueError(
-            f"{path} has no state for rank {env.rank}: it was written with another world size; "
-            "resume with the same number of processes (or start a new run_dir)"
+            f"{path} has no state for rank {env.rank} ({written} rank files): if it was written "
+            "by another number of processes, resume with that number; otherwise the checkpoint "
+            "is damaged and the previous one in the same directory can be used by deleting it"
         )
     extra = torch.load(rank_file, weights_only=False)
     if extra["world_size"] != env.world_size:

@@ -88,6 +88,14 @@ def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
+def all_reduce_max(values: list[float], device: torch.device) -> list[float]:
+    if not dist.is_initialized():
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
 def any_rank(flag: bool, device: torch.device) -> bool:
     return all_reduce_sum([float(flag)], device)[0] > 0
 

@@ -7,6 +7,7 @@ over its global batch, the same number whatever the world size (see ``tests/test
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import time
@@ -115,9 +116,13 @@ class Trainer:
                     elapsed = time.perf_counter() - started
                     rate = (self.step - start_step) / max(elapsed, 1e-9)
                     self._log(metrics, step_time, (t.steps - self.step) / max(rate, 1e-9))
-                if t.eval_every and (self._should(t.eval_every) or self.step == t.steps):
-                    self._evaluate()
+                # a preemption signal goes straight to the checkpoint: the grace period is short
                 preempted = distributed.any_rank(self.preemption.requested is not None, env.device)
+                if preempted and env.is_main:
+                    log.warning("preemption signal %s received", self.preemption.requested)
+                evaluate = t.eval_every and (self._should(t.eval_every) or self.step == t.steps)
+                if evaluate and not preempted:
+                    self._evaluate()
                 if self._should(t.checkpoint_every) or self.step == t.steps or preempted:
                     self._save()
                 if preempted:
@@ -165,7 +170,7 @@ class Trainer:
                 self.bad_in_a_row,
             )
         self.optimizer.zero_grad(set_to_none=True)
-        if self.bad_in_a_row > t.max_bad_steps:
+        if self.bad_in_a_row >= t.max_bad_steps:
             raise NonFiniteTrainingError(
                 f"{self.bad_in_a_row} consecutive steps had a non-finite loss or gradient "
                 f"(trainer.max_bad_steps={t.max_bad_steps}); stopping without checkpointing. "
@@ -204,14 +209,20 @@ class Trainer:
         t, env = self.config.trainer, self.env
         self.model.eval()
         loader = build_validation_loader(self.config.data, t.micro_batch, env.rank, env.world_size)
+        batches = list(itertools.islice(loader, t.eval_batches or None))
+        # ranks hold different numbers of validation batches, but every forward is a collective
+        # under DDP/FSDP: all ranks run the same number, padding with fully ignored batches
+        rounds = int(distributed.all_reduce_max([float(len(batches))], env.device)[0])
+        seq = self.config.data.seq_len
+        padding = {
+            "inputs": torch.zeros(t.micro_batch, seq, dtype=torch.long),
+            "targets": torch.full((t.micro_batch, seq), -100, dtype=torch.long),
+        }
         total, count = 0.0, 0.0
-        for i, batch in enumerate(loader):
-            if t.eval_batches and i >= t.eval_batches:
-                break
+        for i in range(rounds):
+            batch = batches[i] if i < len(batches) else padding
             batch = {k: v.to(env.device) for k, v in batch.items()}
             n = float((batch["targets"] != -100).sum())
-            if n == 0:
-                continue
             with self._autocast():
                 loss = self.model(batch["inputs"], batch["targets"], batch.get("document_ids"))
             total += float(loss) * n

@@ -36,8 +36,8 @@ class Preemption:
         self._previous.clear()
 
     def _handle(self, signum, frame) -> None:
+        # only set the flag: logging here could re-enter a stream the main thread is writing
         self.requested = signum
-        log.warning("received %s: checkpointing after this step", signal.Signals(signum).name)
 
 
 def requeue_or_exit_code() -> int:

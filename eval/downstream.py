@@ -1,0 +1,125 @@
+"""Downstream accuracy of a run through lm-evaluation-harness, printed like the paper's table.
+
+    python -m eval.downstream runs/paper_3b-xielu                       # the paper's suite (Hub)
+    python -m eval.downstream RUN --suite local --local-data ../shared/data/eval   # offline
+    python -m eval.downstream RUN --tasks piqa hellaswag --limit 200
+
+The model is the project's own (``eval/harness.py``), so every activation can be evaluated,
+exportable to transformers or not. The aggregate is the unweighted mean of the rows, as in the
+paper's table; ARC is the mean of ARC-Easy and ARC-Challenge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+# paper row -> [(lm-eval task, metric)], averaged within the row
+PAPER_SUITE = {
+    "PIQA": [("piqa", "acc")],
+    "Winogrande": [("winogrande", "acc")],
+    "ARC": [("arc_easy", "acc_norm"), ("arc_challenge", "acc_norm")],
+    "HellaSwag": [("hellaswag", "acc_norm")],
+    "CommonsenseQA": [("commonsense_qa", "acc")],
+    "SIQA": [("social_iqa", "acc")],
+    "MMLU": [("mmlu", "acc")],
+    "OpenBookQA": [("openbookqa", "acc_norm")],
+    "TriviaQA": [("triviaqa", "exact_match")],
+    "GSM8k": [("gsm8k", "exact_match")],
+}
+
+
+def suite(local: bool) -> dict[str, list[tuple[str, str]]]:
+    if not local:
+        return PAPER_SUITE
+    return {row: [(f"local_{t}", m) for t, m in tasks] for row, tasks in PAPER_SUITE.items()}
+
+
+def metric_value(results: dict, task: str, metric: str) -> float | None:
+    entry = results.get(task)
+    if entry is None:
+        return None
+    for key, value in entry.items():  # lm-eval keys metrics as "acc,none", "exact_match,filter"
+        if key.split(",")[0] == metric and isinstance(value, int | float):
+            return float(value)
+    return None
+
+
+def table(results: dict, rows: dict[str, list[tuple[str, str]]]) -> tuple[list[str], float | None]:
+    lines = ["| benchmark | accuracy |", "|---|---|"]
+    scores = []
+    for row, tasks in rows.items():
+        values = [metric_value(results, t, m) for t, m in tasks]
+        values = [v for v in values if v is not None]
+        if not values:
+            continue
+        score = 100 * sum(values) / len(values)
+        scores.append(score)
+        lines.append(f"| {row} | {score:.1f} |")
+    aggregate = sum(scores) / len(scores) if scores else None
+    if aggregate is not None:
+        lines.append(f"| Aggregate Score | {aggregate:.1f} |")
+    return lines, aggregate
+
+
+def evaluate(
+    run_dir: str,
+    tasks: list[str],
+    include_path: str | None,
+    limit: int | None,
+    batch_size: int,
+    step: int | None = None,
+    device: str = "cpu",
+) -> dict:
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from data import load_tokenizer
+    from eval.harness import ProjectLM
+    from training.runs import load_trained_model
+
+    model, config, _ = load_trained_model(run_dir, step, device)
+    lm = ProjectLM(model, load_tokenizer(config.data.tokenizer), batch_size, device)
+    manager = TaskManager(include_path=include_path) if include_path else TaskManager()
+    output = simple_evaluate(
+        model=lm, tasks=tasks, task_manager=manager, limit=limit, log_samples=False
+    )
+    return output["results"]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("run_dir")
+    parser.add_argument("--suite", choices=["paper", "local"], default="paper")
+    parser.add_argument("--local-data", default="../shared/data/eval")
+    parser.add_argument("--tasks", nargs="*", help="lm-eval task names instead of the suite")
+    parser.add_argument("--limit", type=int, help="documents per task")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--step", type=int)
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    args = parser.parse_args(argv)
+
+    rows = suite(args.suite == "local")
+    with tempfile.TemporaryDirectory() as tmp:
+        include = None
+        if args.suite == "local":
+            from eval.local_tasks import build_local_tasks
+
+            available = set(build_local_tasks(args.local_data, tmp))
+            include = tmp
+            rows = {r: [(t, m) for t, m in ts if t in available] for r, ts in rows.items()}
+        tasks = args.tasks or sorted({t for ts in rows.values() for t, _ in ts})
+        results = evaluate(args.run_dir, tasks, include, args.limit, args.batch_size, args.step)
+    lines, aggregate = table(results, rows)
+    print("\n".join(lines))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    return {"results": results, "aggregate": aggregate}
+
+
+if __name__ == "__main__":
+    main()
