@@ -1,0 +1,93 @@
+"""lm-eval through the project's model: the adapter's numbers, and the local paper suite."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from data import TokenizerConfig, load_tokenizer
+from data_fixtures import SHARED
+from eval.downstream import PAPER_SUITE, table
+from eval.harness import ProjectLM
+from eval.local_tasks import build_local_tasks
+from model import Llama, ModelConfig
+
+
+@pytest.fixture(scope="module")
+def lm():
+    torch.manual_seed(0)
+    tokenizer = load_tokenizer(TokenizerConfig("llama3"))
+    config = ModelConfig(
+        vocab_size=128256, dim=32, n_layers=2, n_heads=2, gated_hidden=64, max_seq_len=64
+    )
+    return ProjectLM(Llama(config), tokenizer, batch_size=3)
+
+
+def request(*args):
+    return SimpleNamespace(args=args)
+
+
+def test_loglikelihood_is_the_sum_of_the_continuations_log_probabilities(lm):
+    context, continuation = "The capital of France is", " Paris, of course"
+    ((score, greedy),) = lm.loglikelihood([request(context, continuation)])
+    ctx = [lm.tokenizer.eos_id, *lm.tokenizer.encode(context)]
+    cont = lm.tokenizer.encode(continuation)
+    ids = torch.tensor([ctx + cont])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(lm.model.double()(ids[:, :-1]), -1)[0]
+    lm.model.float()
+    expected = sum(float(logprobs[len(ctx) - 1 + i, t]) for i, t in enumerate(cont))
+    assert score == pytest.approx(expected, rel=1e-4)
+    assert isinstance(greedy, bool)
+
+
+def test_batched_and_single_requests_agree_and_long_contexts_are_truncated(lm):
+    requests = [request("a" * n, " b") for n in (1, 30, 400)]  # the last exceeds 64 tokens
+    batched = lm.loglikelihood(requests)
+    single = [lm.loglikelihood([r])[0] for r in requests]
+    for (a, _), (b, _) in zip(batched, single, strict=True):
+        assert a == pytest.approx(b, rel=1e-5) and math.isfinite(a)
+
+
+def test_rolling_loglikelihood_covers_every_token_once(lm):
+    text = "word " * 150  # several 64-token windows
+    (total,) = lm.loglikelihood_rolling([request(text)])
+    assert total < 0 and math.isfinite(total)
+
+
+def test_generation_stops_at_the_until_string(lm):
+    (out,) = lm.generate_until(
+        [request("Question: 1+1?\nAnswer:", {"until": ["\n"], "max_gen_toks": 5})]
+    )
+    assert "\n" not in out and isinstance(out, str)
+
+
+def test_local_suite_covers_the_papers_ten_benchmarks(tmp_path):
+    names = build_local_tasks(SHARED / "eval", tmp_path)
+    expected = {f"local_{t}" for rows in PAPER_SUITE.values() for t, _ in rows}
+    assert set(names) == expected
+    assert (tmp_path / "gsm8k.jsonl").read_text().count("\n") == 1319
+
+
+@pytest.mark.slow
+def test_lm_eval_runs_the_local_tasks_and_the_table_aggregates(lm, tmp_path):
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    build_local_tasks(SHARED / "eval", tmp_path)
+    tasks = ["local_piqa", "local_arc_easy", "local_winogrande", "local_gsm8k"]
+    out = simple_evaluate(
+        model=lm, tasks=tasks, limit=2, task_manager=TaskManager(include_path=str(tmp_path))
+    )
+    results = out["results"]
+    rows = {
+        "PIQA": [("local_piqa", "acc")],
+        "ARC": [("local_arc_easy", "acc_norm")],
+        "Winogrande": [("local_winogrande", "acc")],
+        "GSM8k": [("local_gsm8k", "exact_match")],
+    }
+    lines, aggregate = table(results, rows)
+    assert len(lines) == 2 + 4 + 1 and 0 <= aggregate <= 100
+    for task in tasks:
+        assert task in results
