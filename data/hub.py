@@ -25,7 +25,7 @@ from torch.utils.data import IterableDataset
 
 from data.config import DataConfig
 from data.packing import Packer
-from data.stream import worker_split
+from data.stream import check_same_identity, worker_split
 from data.tokenizers import document_ids, load_tokenizer
 
 HUB_TIMEOUT_S = 10.0
@@ -115,12 +115,7 @@ class HubStream(IterableDataset):
         epoch = 0
         if self._pending is not None:
             state = self._pending
-            for key, value in identity.items():
-                if state["identity"].get(key) != value:
-                    raise ValueError(
-                        f"cannot resume the data pipeline: its {key} was "
-                        f"{state['identity'].get(key)!r} and is {value!r} now"
-                    )
+            check_same_identity(state["identity"], identity)
             epoch = state["epoch"]
             ds.set_epoch(epoch)
             ds.load_state_dict(state["dataset"])

@@ -24,7 +24,7 @@ from torch.utils.data import IterableDataset
 from data.config import DataConfig
 from data.packing import Packer
 from data.sources import expand_paths, fingerprint
-from data.stream import worker_split
+from data.stream import check_same_identity, worker_split
 
 MAGIC = b"XIELUTOK"
 VERSION = 1
@@ -137,12 +137,7 @@ class TokenStream(IterableDataset):
             raise ValueError(f"{windows} training windows cannot feed {n} streams: too little data")
         epoch, done = 0, 0
         if self._pending is not None:
-            for key, value in identity.items():
-                if self._pending["identity"].get(key) != value:
-                    raise ValueError(
-                        f"cannot resume the data pipeline: its {key} was "
-                        f"{self._pending['identity'].get(key)!r} and is {value!r} now"
-                    )
+            check_same_identity(self._pending["identity"], identity)
             epoch, done = self._pending["epoch"], self._pending["done"]
         packer = Packer(c.seq_len, corpus.eos_id, c.document_ids)
         while True:

@@ -43,6 +43,18 @@ def held_out_rows(source: TextSource, documents: int) -> dict[int, int]:
     return held
 
 
+def check_same_identity(saved: dict, current: dict) -> None:
+    """Refuse a resume whose data, tokenizer, layout or world size differ from the checkpoint's."""
+    for key, value in current.items():
+        if saved.get(key) != value:
+            raise ValueError(
+                f"cannot resume the data pipeline: its {key} was {saved.get(key)!r} when the "
+                f"checkpoint was written and is {value!r} now (a different dataset, "
+                "tokenizer, sequence length or world size x workers); start a new run "
+                "or restore the original setting"
+            )
+
+
 def worker_split(world_size: int, rank: int) -> tuple[int, int]:
     """(stream id, number of streams) of the calling DataLoader worker."""
     info = get_worker_info()
@@ -125,15 +137,7 @@ class TextStream(IterableDataset):
                 return
 
     def _restore(self, state, identity, stream, packer, source) -> tuple[int, int, int]:
-        for key, value in identity.items():
-            saved = state["identity"].get(key)
-            if saved != value:
-                raise ValueError(
-                    f"cannot resume the data pipeline: its {key} was {saved!r} when the "
-                    f"checkpoint was written and is {value!r} now (a different dataset, "
-                    "tokenizer, sequence length or world size x workers); start a new run "
-                    "or restore the original setting"
-                )
+        check_same_identity(state["identity"], identity)
         if state["stream"] != stream:
             raise ValueError(f"data state of stream {state['stream']} given to stream {stream}")
         packer.load_state_dict(state["packer"])

@@ -81,18 +81,18 @@ def barrier() -> None:
 
 def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
     """Sum floats over ranks (identity when single-process), in fp64."""
-    if not dist.is_initialized():
-        return list(values)
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return t.tolist()
+    return _all_reduce(values, device, "SUM")
 
 
 def all_reduce_max(values: list[float], device: torch.device) -> list[float]:
+    return _all_reduce(values, device, "MAX")
+
+
+def _all_reduce(values: list[float], device: torch.device, op: str) -> list[float]:
     if not dist.is_initialized():
         return list(values)
     t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
     return t.tolist()
 
 
