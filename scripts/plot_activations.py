@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scripts.figures import pyplot, save, value_and_slope
 from xielu import get_activation, is_gated
 
 DEFAULT = ["elu", "relu2", "xsilu", "xielu", "xiprelu"]
@@ -37,19 +38,11 @@ def curves(name: str, x: torch.Tensor, alpha_p: float | None, alpha_n: float | N
             kwargs[p_key] = alpha_p
         if alpha_n is not None:
             kwargs[n_key] = alpha_n
-    act = get_activation(name, **kwargs).double()
-    x = x.double().clone().requires_grad_(True)
-    y = act(x)
-    (dy,) = torch.autograd.grad(y.sum(), x)
-    return y.detach(), dy
+    return value_and_slope(get_activation(name, **kwargs), x)
 
 
 def plot(names: list[str], out: Path, alpha_p=None, alpha_n=None, lo=-4.0, hi=2.0) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     x = torch.linspace(lo, hi, 1201)
     fig, (ax_f, ax_d) = plt.subplots(1, 2, figsize=(10, 4))
     for name in names:
@@ -65,10 +58,7 @@ def plot(names: list[str], out: Path, alpha_p=None, alpha_n=None, lo=-4.0, hi=2.
     ax_f.set_ylim(-1.5, 4)
     ax_d.set_ylim(-1.5, 4)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,6 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scripts.figures import pyplot, save, value_and_slope
 from training.runs import load_trained_model
 
 
@@ -27,11 +28,7 @@ def learned_alphas(run_dir: str, step: int | None = None) -> tuple[list[dict], o
 
 
 def plot_depth(runs: list[str], out: Path, step: int | None = None) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for run in runs:
         scalars, _ = learned_alphas(run, step)
@@ -43,37 +40,25 @@ def plot_depth(runs: list[str], out: Path, step: int | None = None) -> Path:
         ax.set_ylabel(key)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def plot_layer_curves(run: str, out: Path, step: int | None = None) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     _, model = learned_alphas(run, step)
-    x = torch.linspace(-4, 2, 601, dtype=torch.float64, requires_grad=True)
+    x = torch.linspace(-4, 2, 601, dtype=torch.float64)
     fig, (ax_f, ax_d) = plt.subplots(1, 2, figsize=(10, 4))
     cmap = plt.get_cmap("viridis")
     n = len(model.layers)
     for i, layer in enumerate(model.layers):
-        act = layer.mlp.act_fn.double()
-        y = act(x)
-        (dy,) = torch.autograd.grad(y.sum(), x)
+        y, dy = value_and_slope(layer.mlp.act_fn, x)
         color = cmap(i / max(n - 1, 1))
-        ax_f.plot(x.detach(), y.detach(), color=color, lw=1)
-        ax_d.plot(x.detach(), dy, color=color, lw=1)
+        ax_f.plot(x, y, color=color, lw=1)
+        ax_d.plot(x, dy, color=color, lw=1)
     ax_f.set_title("f(x) per layer (dark: first, light: last)")
     ax_d.set_title("f'(x) per layer")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.figures import pyplot, save
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
@@ -25,11 +30,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 
 def plot(runs: list[str], out: Path, perplexity: bool = False) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for run in runs:
         records = read_metrics(run)
@@ -56,10 +57,7 @@ def plot(runs: list[str], out: Path, perplexity: bool = False) -> Path:
     ax.set_ylabel("perplexity" if perplexity else "loss (nats/token)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def main(argv: list[str] | None = None) -> None:
