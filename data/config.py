@@ -5,14 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 SOURCES = ("builtin", "local", "fineweb_edu", "tokenized")
-TOKENIZERS = ("mistral_nemo", "llama3", "hf", "sentencepiece")
+TOKENIZERS = ("mistral_nemo", "llama3", "hf", "sentencepiece", "bytes")
 
 
 @dataclass
 class TokenizerConfig:
     """Attributes:
     name: ``mistral_nemo`` (Tekken, paper main runs), ``llama3`` (paper ablations), ``hf``
-        (a local transformers tokenizer directory) or ``sentencepiece`` (a local ``.model``).
+        (a local transformers tokenizer directory), ``sentencepiece`` (a local ``.model``) or
+        ``bytes`` (UTF-8 bytes, vocab 258: small CPU experiments).
     path: the directory or file for ``hf`` and ``sentencepiece``.
     add_bos: put BOS before every document (EOS always follows every document).
     """

@@ -7,6 +7,9 @@
 - ``llama3``: ``llama_models/llama3/tokenizer.model`` (128000 BPE ranks) with Llama 3's split
   pattern and its 256 special tokens after them (BOS 128000, EOS 128001; vocab 128256).
 - ``hf``: a local transformers tokenizer directory; ``sentencepiece``: a local ``.model`` file.
+- ``bytes``: UTF-8 bytes (ids 0-255, BOS 256, EOS 257). For small CPU experiments: with a
+  131k vocabulary a tiny model spends nearly all its parameters and FLOPs in the embedding and
+  head, so the MLP activation, the thing under study, barely shows in the loss.
 """
 
 from __future__ import annotations
@@ -173,7 +176,26 @@ def _sentencepiece(path: str) -> SentencePieceTokenizer:
     return SentencePieceTokenizer("sentencepiece", sp, sp.get_piece_size(), bos, sp.eos_id())
 
 
+@dataclass
+class ByteTokenizer:
+    name: str = "bytes"
+    vocab_size: int = 258
+    bos_id: int | None = 256
+    eos_id: int = 257
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
 def load_tokenizer(config: TokenizerConfig) -> Tokenizer:
+    if config.name == "bytes":
+        return ByteTokenizer()
     if config.name == "mistral_nemo":
         return _tekken()
     if config.name == "llama3":

@@ -57,6 +57,18 @@ def test_local_hf_tokenizer_directory(tmp_path):
     assert tok.encode("the same text") == bpe.encode("the same text").ids
 
 
+def test_byte_tokenizer_is_utf8_and_packs_like_the_others():
+    from data.tokenizers import document_ids
+
+    tok = load_tokenizer(TokenizerConfig("bytes"))
+    for text in real_documents():
+        assert bytes(tok.encode(text)) == text.encode("utf-8")
+        assert tok.decode(tok.encode(text)) == text
+    packed = document_ids(tok, "é!", add_bos=True)
+    assert packed.tolist() == [256, 0xC3, 0xA9, 0x21, 257] and packed.dtype.name == "int64"
+    assert tok.vocab_size == 258 and max(tok.bos_id, tok.eos_id) < tok.vocab_size
+
+
 def test_tokenizer_config_errors_name_the_key():
     with pytest.raises(ValueError, match=r"data\.tokenizer\.name='gpt2' is not known"):
         TokenizerConfig("gpt2")
