@@ -11,7 +11,6 @@ perplexity per row, sorted, beside the paper's number for the same activation.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eval.paper import ABLATION_TABLE
 from scripts.plot_curves import read_metrics
+from scripts.tables import markdown, write_csv
 from training.runs import run_config
 
 
@@ -46,30 +46,43 @@ def _fmt(value, digits=3) -> str:
 
 
 def main_table(rows: list[dict]) -> list[str]:
-    lines = [
-        "| activation | loss end of stable | ppl end of stable | loss after cooldown | "
-        "ppl after cooldown |",
-        "|---|---|---|---|---|",
+    header = [
+        "activation",
+        "loss end of stable",
+        "ppl end of stable",
+        "loss after cooldown",
+        "ppl after cooldown",
     ]
-    for r in sorted(rows, key=lambda r: r["final_loss"] if r["final_loss"] else math.inf):
-        lines.append(
-            f"| {r['activation']} | {_fmt(r['stable_loss'])} | {_fmt(r['stable_ppl'], 2)} "
-            f"| {_fmt(r['final_loss'])} | {_fmt(r['final_ppl'], 2)} |"
-        )
-    return lines
+    ordered = sorted(rows, key=lambda r: r["final_loss"] if r["final_loss"] else math.inf)
+    return markdown(
+        header,
+        [
+            [
+                r["activation"],
+                _fmt(r["stable_loss"]),
+                _fmt(r["stable_ppl"], 2),
+                _fmt(r["final_loss"]),
+                _fmt(r["final_ppl"], 2),
+            ]
+            for r in ordered
+        ],
+    )
 
 
 def ablation_table(rows: list[dict]) -> list[str]:
     paper = {row.activation: row for row in ABLATION_TABLE}
-    lines = ["| activation | modification | perplexity | paper perplexity |", "|---|---|---|---|"]
+    table = []
     for r in sorted(rows, key=lambda r: r["final_ppl"] if r["final_ppl"] else math.inf):
         ref = paper.get(r["activation"])
-        lines.append(
-            f"| {ref.label if ref else r['activation']} | "
-            f"{ref.modification if ref else '?'} | {_fmt(r['final_ppl'], 2)} | "
-            f"{_fmt(ref.perplexity, 2) if ref else '-'} |"
+        table.append(
+            [
+                ref.label if ref else r["activation"],
+                ref.modification if ref else "?",
+                _fmt(r["final_ppl"], 2),
+                _fmt(ref.perplexity, 2) if ref else "-",
+            ]
         )
-    return lines
+    return markdown(["activation", "modification", "perplexity", "paper perplexity"], table)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -83,12 +96,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = [summarise(run) for run in args.runs]
     print("\n".join(ablation_table(rows) if args.ablation else main_table(rows)))
     if args.csv:
-        args.csv.parent.mkdir(parents=True, exist_ok=True)
-        with args.csv.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        print(f"wrote {args.csv}")
+        write_csv(rows, args.csv)
     return rows
 
 
