@@ -6,45 +6,23 @@
     torchrun --nproc_per_node=4 -m eval.perplexity RUN               # ranks split the documents
 
 By default the run's own data config is used, so the slice is exactly the one training held
-out (the same for every run of that data config). Loss is summed over every target token and
-divided once, so the number does not depend on batch size or world size.
+out (the same for every run of that data config). The loss is ``training.validation``'s, the
+trainer's own, so it equals the run's logged ``val/loss`` and does not depend on batch size or
+world size.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import math
 from dataclasses import replace
-
-import torch
-from tqdm import tqdm
 
 from data import build_validation_loader
 from training import distributed
+from training.loop import autocast_factory, use_bf16
 from training.runs import load_trained_model
-
-
-def evaluate(model, loader, device, max_batches: int = 0, progress: bool = True) -> dict:
-    """Token-weighted mean loss over the loader (all ranks), its perplexity and token count."""
-    total, count = 0.0, 0.0
-    bar = tqdm(loader, desc="perplexity", unit="batch", disable=not progress)
-    with torch.no_grad():
-        for i, batch in enumerate(bar):
-            if max_batches and i >= max_batches:
-                break
-            targets = batch["targets"].to(device)
-            n = float((targets != -100).sum())
-            if n == 0:
-                continue
-            loss = model(batch["inputs"].to(device), targets, batch.get("document_ids"))
-            total += float(loss) * n
-            count += n
-    total, count = distributed.all_reduce_sum([total, count], device)
-    if count == 0:
-        raise ValueError("no tokens to evaluate: the validation slice is empty")
-    loss = total / count
-    return {"loss": loss, "perplexity": math.exp(min(loss, 50)), "tokens": int(count)}
+from training.validation import validation_loss
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -69,7 +47,12 @@ def main(argv: list[str] | None = None) -> dict:
         if args.validation_documents is not None:
             data = replace(data, validation_documents=args.validation_documents)
         loader = build_validation_loader(data, args.batch_size, env.rank, env.world_size)
-        result = evaluate(model, loader, env.device, args.batches, progress=env.is_main)
+        batches = itertools.islice(loader, args.batches or None)
+        shape = (args.batch_size, data.seq_len)
+        autocast = autocast_factory(use_bf16(config, env.device), env.device)
+        result = validation_loss(model, batches, env.device, shape, autocast, env.is_main)
+        if result["tokens"] == 0:
+            raise SystemExit("no tokens to evaluate: the validation slice is empty")
         result = {"run_dir": str(args.run_dir), "step": step, **result}
         if env.is_main:
             if args.json:

@@ -44,6 +44,7 @@ def measure(activation: str, args: argparse.Namespace) -> dict:
     from scripts.bench_activations import saved_bytes
     from scripts.timing import median_ms
     from training.config import OptimConfig
+    from training.loop import autocast_factory
     from training.optim import build_optimizer
 
     device = torch.device(args.device)
@@ -52,9 +53,10 @@ def measure(activation: str, args: argparse.Namespace) -> dict:
     model = Llama(config).to(device)
     optimizer = build_optimizer(model, OptimConfig(), device)
     tokens = torch.randint(0, config.vocab_size, (args.batch, args.seq + 1), device=device)
+    autocast = autocast_factory(args.bf16, device)
 
     def forward() -> torch.Tensor:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
+        with autocast():
             return model(tokens[:, :-1], tokens[:, 1:])
 
     def iteration() -> None:

@@ -7,10 +7,13 @@ over its global batch, the same number whatever the world size (see ``tests/test
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import math
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from training.metrics import (
 from training.optim import build_optimizer
 from training.preemption import EXIT_PREEMPTED, Preemption, requeue_or_exit_code
 from training.schedule import learning_rate
+from training.validation import validation_loss
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,13 @@ def use_bf16(config: ExperimentConfig, device: torch.device) -> bool:
     return precision == "bf16" or (precision == "auto" and device.type == "cuda")
 
 
+def autocast_factory(bf16: bool, device: torch.device) -> Callable[[], ContextManager]:
+    """The trainer's compute precision: fp32 weights, bf16 autocast when ``bf16``."""
+    if not bf16:
+        return contextlib.nullcontext
+    return functools.partial(torch.autocast, device.type, dtype=torch.bfloat16)
+
+
 def activation_read_out(model: torch.nn.Module, fsdp: bool) -> list[dict[str, float]]:
     """Per-layer alphas; under FSDP2 each block is gathered first (its shards hold pieces)."""
     inner = distributed.unwrap(model)
@@ -79,6 +90,8 @@ class Trainer:
         self.accumulation = t.global_batch // (t.micro_batch * self.env.world_size)
         self.tokenizer = load_tokenizer(config.data.tokenizer)
         self.bf16 = use_bf16(config, self.env.device)
+        self.autocast = autocast_factory(self.bf16, self.env.device)
+        self.validation_batches: list[dict] | None = None
         model = build_model(config, self.tokenizer.vocab_size, self.env.device)
         self.model_config = model.config
         self.model = distributed.wrap(model, self.env, t.parallelism, self.bf16)
@@ -145,7 +158,7 @@ class Trainer:
         for micro in range(self.accumulation):
             batch = {k: v.to(env.device, non_blocking=True) for k, v in next(data).items()}
             last = micro == self.accumulation - 1
-            with self._sync(last), self._autocast():
+            with self._sync(last), self.autocast():
                 loss = self.model(batch["inputs"], batch["targets"], batch.get("document_ids"))
                 if self.step in t.debug_nan_steps:  # fault injection for tests
                     loss = loss * float("nan")
@@ -191,11 +204,6 @@ class Trainer:
         self.model.set_requires_gradient_sync(False)
         return contextlib.nullcontext()
 
-    def _autocast(self):
-        if not self.bf16:
-            return contextlib.nullcontext()
-        return torch.autocast(self.env.device.type, dtype=torch.bfloat16)
-
     def _clip(self) -> float:
         clip = self.config.optim.grad_clip or float("inf")
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
@@ -204,34 +212,22 @@ class Trainer:
         return float(norm)
 
     # ----------------------------------------------------------------------------------------
-    @torch.no_grad()
     def _evaluate(self) -> None:
         t, env = self.config.trainer, self.env
         self.model.eval()
-        loader = build_validation_loader(self.config.data, t.micro_batch, env.rank, env.world_size)
-        batches = list(itertools.islice(loader, t.eval_batches or None))
-        # ranks hold different numbers of validation batches, but every forward is a collective
-        # under DDP/FSDP: all ranks run the same number, padding with fully ignored batches
-        rounds = int(distributed.all_reduce_max([float(len(batches))], env.device)[0])
-        seq = self.config.data.seq_len
-        padding = {
-            "inputs": torch.zeros(t.micro_batch, seq, dtype=torch.long),
-            "targets": torch.full((t.micro_batch, seq), -100, dtype=torch.long),
-        }
-        total, count = 0.0, 0.0
-        for i in range(rounds):
-            batch = batches[i] if i < len(batches) else padding
-            batch = {k: v.to(env.device) for k, v in batch.items()}
-            n = float((batch["targets"] != -100).sum())
-            with self._autocast():
-                loss = self.model(batch["inputs"], batch["targets"], batch.get("document_ids"))
-            total += float(loss) * n
-            count += n
-        total, count = distributed.all_reduce_sum([total, count], env.device)
+        if self.validation_batches is None:  # tokenized and packed once, reused every eval
+            loader = build_validation_loader(
+                self.config.data, t.micro_batch, env.rank, env.world_size
+            )
+            self.validation_batches = list(itertools.islice(loader, t.eval_batches or None))
+        batches = self.validation_batches
+        shape = (t.micro_batch, self.config.data.seq_len)
+        result = validation_loss(self.model, batches, env.device, shape, self.autocast)
         self.model.train()
-        if env.is_main and count:
-            val = total / count
-            self.logger.log(self.step, {"val/loss": val, "val/perplexity": math.exp(min(val, 50))})
+        if env.is_main and result["tokens"]:
+            self.logger.log(
+                self.step, {"val/loss": result["loss"], "val/perplexity": result["perplexity"]}
+            )
 
     def _log(self, metrics: dict, step_time: float, eta: float) -> None:
         fsdp = self.config.trainer.parallelism == "fsdp" and self.env.distributed
