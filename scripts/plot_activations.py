@@ -17,7 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.figures import pyplot, save, value_and_slope
+from scripts.figures import grid, pyplot, save, value_and_slope
 from xielu import get_activation, is_gated
 
 DEFAULT = ["elu", "relu2", "xsilu", "xielu", "xiprelu"]
@@ -43,7 +43,7 @@ def curves(name: str, x: torch.Tensor, alpha_p: float | None, alpha_n: float | N
 
 def plot(names: list[str], out: Path, alpha_p=None, alpha_n=None, lo=-4.0, hi=2.0) -> Path:
     plt = pyplot()
-    x = torch.linspace(lo, hi, 1201)
+    x = grid(lo, hi)
     fig, (ax_f, ax_d) = plt.subplots(1, 2, figsize=(10, 4))
     for name in names:
         y, dy = curves(name, x, alpha_p, alpha_n)

@@ -11,11 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.figures import pyplot, save, value_and_slope
+from scripts.figures import grid, pyplot, save, value_and_slope
 from training.runs import load_trained_model
 
 
@@ -46,7 +44,7 @@ def plot_depth(runs: list[str], out: Path, step: int | None = None) -> Path:
 def plot_layer_curves(run: str, out: Path, step: int | None = None) -> Path:
     plt = pyplot()
     _, model = learned_alphas(run, step)
-    x = torch.linspace(-4, 2, 601, dtype=torch.float64)
+    x = grid(-4.0, 2.0)
     fig, (ax_f, ax_d) = plt.subplots(1, 2, figsize=(10, 4))
     cmap = plt.get_cmap("viridis")
     n = len(model.layers)
