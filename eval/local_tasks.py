@@ -37,21 +37,6 @@ def _piqa(root: Path) -> list[dict]:
     return rows
 
 
-def _arc(root: Path, name: str) -> list[dict]:
-    rows = []
-    for data in _find(root, f"ai2_arc/{name}/**/{name}-Test.jsonl"):
-        for doc in _jsonl(data):
-            labels = [c["label"] for c in doc["question"]["choices"]]
-            rows.append(
-                {
-                    "query": f"Question: {doc['question']['stem']}\nAnswer:",
-                    "choices": [c["text"] for c in doc["question"]["choices"]],
-                    "gold": labels.index(doc["answerKey"]),
-                }
-            )
-    return rows
-
-
 def _hellaswag(root: Path) -> list[dict]:
     rows = []
     for data in _find(root, "hellaswag/**/hellaswag_val.jsonl"):
@@ -68,6 +53,7 @@ def _hellaswag(root: Path) -> list[dict]:
 
 
 def _stem_choices(root: Path, pattern: str, template: str) -> list[dict]:
+    """The ARC / CommonsenseQA / OpenBookQA layout: a question stem with labelled choices."""
     rows = []
     for data in _find(root, pattern):
         for doc in _jsonl(data):
@@ -153,14 +139,17 @@ def _gsm8k(root: Path) -> list[dict]:
     return []
 
 
+QUESTION_ANSWER = "Question: {}\nAnswer:"
+ARC_TEST = "ai2_arc/{0}/**/{0}-Test.jsonl"
+
 MULTIPLE_CHOICE: dict[str, Callable[[Path], list[dict]]] = {
     "piqa": _piqa,
     "winogrande": _winogrande,
-    "arc_easy": lambda r: _arc(r, "ARC-Easy"),
-    "arc_challenge": lambda r: _arc(r, "ARC-Challenge"),
+    "arc_easy": lambda r: _stem_choices(r, ARC_TEST.format("ARC-Easy"), QUESTION_ANSWER),
+    "arc_challenge": lambda r: _stem_choices(r, ARC_TEST.format("ARC-Challenge"), QUESTION_ANSWER),
     "hellaswag": _hellaswag,
     "commonsense_qa": lambda r: _stem_choices(
-        r, "commonsense_qa/**/dev_rand_split.jsonl", "Question: {}\nAnswer:"
+        r, "commonsense_qa/**/dev_rand_split.jsonl", QUESTION_ANSWER
     ),
     "social_iqa": _siqa,
     "mmlu": _mmlu,
