@@ -39,6 +39,15 @@ from training.distributed import Env
 STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
 
+def step_dir_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def step_of(checkpoint: Path) -> int:
+    """The training step a published checkpoint directory holds."""
+    return int(STEP_DIR.match(checkpoint.name).group(1))
+
+
 def checkpoint_root(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
@@ -49,7 +58,7 @@ def complete_checkpoints(run_dir: str | Path) -> list[Path]:
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name)]
-    return sorted(found, key=lambda p: int(STEP_DIR.match(p.name).group(1)))
+    return sorted(found, key=step_of)
 
 
 @contextlib.contextmanager
@@ -99,8 +108,8 @@ def save(
     crash_before_publish: bool = False,
 ) -> Path:
     root = checkpoint_root(run_dir)
-    final = root / f"step_{step:06d}"
-    tmp = root / f"step_{step:06d}.tmp"
+    final = root / step_dir_name(step)
+    tmp = root / f"{step_dir_name(step)}.tmp"
     if env.is_main:
         shutil.rmtree(tmp, ignore_errors=True)  # a leftover from a crashed save
         tmp.mkdir(parents=True)

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from data import load_tokenizer
 from model import Llama
-from training.checkpoint import complete_checkpoints, single_process_is_intended
+from training.checkpoint import complete_checkpoints, single_process_is_intended, step_of
 from training.config import ExperimentConfig, to_experiment
 
 
@@ -30,7 +30,7 @@ def checkpoint_path(run_dir: str | Path, step: int | None = None) -> Path:
     if step is None:
         return found[-1]
     for path in found:
-        if path.name == f"step_{step:06d}":
+        if step_of(path) == step:
             return path
     have = ", ".join(p.name for p in found)
     raise FileNotFoundError(f"{run_dir} has no checkpoint at step {step}; it has: {have}")
@@ -51,4 +51,4 @@ def load_trained_model(
     with single_process_is_intended():
         dcp.load(state, checkpoint_id=str(path))
     model.load_state_dict(state["model"])
-    return model.to(device).eval(), config, int(path.name.split("_")[1])
+    return model.to(device).eval(), config, step_of(path)
