@@ -1,7 +1,7 @@
 """Benchmark activations: forward+backward time and bytes saved for backward.
 
-    python scripts/bench_activations.py                       # 8x1024x1536 fp32 on CPU
-    python scripts/bench_activations.py --dtype bfloat16 --device cuda --all
+    python -m scripts.bench_activations                       # 8x1024x1536 fp32 on CPU
+    python -m scripts.bench_activations --dtype bfloat16 --device cuda --all
 
 Every row is timed in the same run as ReLU², and the table prints each time as a ratio to ReLU²
 (eager against eager, compiled against compiled). "saved/x" is the size of the tensors autograd
@@ -14,15 +14,10 @@ Results are printed, never asserted: speed is measured here, not in the tests.
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scripts.timing import median_ms
+from scripts.common import median_ms, saved_bytes
 from xielu import available_activations, get_activation, is_gated
 from xielu.reference import ReferenceXIELU
 
@@ -51,21 +46,6 @@ def build(row: str, device: torch.device) -> tuple[torch.nn.Module, bool]:
         name = row.removesuffix("[eager]")
         return get_activation(name, backend="eager").to(device), False
     return get_activation(row).to(device), is_gated(row)
-
-
-def saved_bytes(step: Callable[[], torch.Tensor]) -> int:
-    """Bytes of the distinct tensors autograd saves for backward during one forward."""
-    seen: dict[tuple, int] = {}
-
-    def pack(t: torch.Tensor):
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.dtype)
-        seen[key] = t.numel() * t.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = step()
-    del out
-    return sum(seen.values())
 
 
 def measure(row: str, args, device: torch.device, compiled: bool) -> tuple[float, float]:

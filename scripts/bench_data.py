@@ -1,7 +1,7 @@
 """Benchmark the data pipeline against the raw tokenizer on the same text, in one process.
 
-    python scripts/bench_data.py                                # builtin corpus as parquet
-    python scripts/bench_data.py --paths 'fineweb/*.parquet' --tokenizer llama3
+    python -m scripts.bench_data                                # builtin corpus as parquet
+    python -m scripts.bench_data --paths 'fineweb/*.parquet' --tokenizer llama3
 
 Rows: the tokenizer's encode rate on the documents already in memory (the ceiling), and the
 training pipeline read -> tokenize -> pack -> batch from parquet through the real
@@ -13,12 +13,9 @@ tokens per GPU per 0.56 s iteration, about 37k tokens/s). Printed, never asserte
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa
 import pyarrow.parquet as pq

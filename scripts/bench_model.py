@@ -1,7 +1,7 @@
 """Benchmark a training step of the project's Llama against transformers' classes.
 
-    python scripts/bench_model.py                      # small config, CPU, eager and compiled
-    python scripts/bench_model.py --preset paper_1b --device cuda --dtype bfloat16 --batch 1
+    python -m scripts.bench_model                      # small config, CPU, eager and compiled
+    python -m scripts.bench_model --preset paper_1b --device cuda --dtype bfloat16 --batch 1
 
 One training step = forward, cross-entropy loss, backward, AdamW update. Every row builds the
 same architecture with the same weights (the transformers model is made by ``model.hf``'s
@@ -19,18 +19,14 @@ attention kernel (SDPA). Results are printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model import Llama
 from model.hf import to_hf_model
 from model.presets import available_presets, load_preset
-from scripts.timing import median_ms
+from scripts.common import median_ms
 
 
 def training_step(
@@ -63,8 +59,9 @@ def hf_loss(hf_model) -> Callable[[torch.Tensor], torch.Tensor]:
     return loss
 
 
-def measure(name: str, make, args, device: torch.device, compiled: bool) -> float:
-    """Tokens per second of one row; ``make`` returns (loss function, parameters)."""
+def measure(make, args, device: torch.device, compiled: bool) -> tuple[float, float]:
+    """(tokens per second, milliseconds per step) of one row; ``make`` returns (loss function,
+    parameters)."""
     torch.manual_seed(0)
     loss_fn, params = make()
     if compiled:
@@ -133,8 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         hf_class = type(to_hf_model(Llama(config(activation)))).__name__
         for compiled in modes:
             mode = "compiled" if compiled else "eager"
-            ours_tps, ours_ms = measure("ours", ours(activation), args, device, compiled)
-            hf_tps, _ = measure("hf", transformers_(activation), args, device, compiled)
+            ours_tps, ours_ms = measure(ours(activation), args, device, compiled)
+            hf_tps, _ = measure(transformers_(activation), args, device, compiled)
             step_ms[activation, compiled] = ours_ms
             print(
                 f"{activation:<10} {mode:<9} {ours_tps:>11.0f} {hf_tps:>11.0f} {hf_class:<18} "

@@ -1,8 +1,8 @@
 """Export a model to a Hugging Face transformers directory, and check the export.
 
-    python scripts/export_hf.py OUT_DIR --run-dir runs/quickstart-xielu [--step 100] --check
-    python scripts/export_hf.py OUT_DIR --model-file model.pt
-    python scripts/export_hf.py OUT_DIR --preset tiny --activation xielu --vocab-size 131072
+    python -m scripts.export_hf OUT_DIR --run-dir runs/quickstart-xielu [--step 100] --check
+    python -m scripts.export_hf OUT_DIR --model-file model.pt
+    python -m scripts.export_hf OUT_DIR --preset tiny --activation xielu --vocab-size 131072
 
 ``--run-dir`` exports a training run's checkpoint (the newest unless ``--step``), with the
 tokenizer's BOS/EOS ids; ``--model-file`` takes ``torch.save({"config": asdict(ModelConfig),
@@ -19,8 +19,6 @@ import sys
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model import Llama, ModelConfig
 from model.hf import UnsupportedExportError, export_hf

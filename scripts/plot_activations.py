@@ -1,7 +1,7 @@
 """The paper's first two figures: activation functions and their derivatives.
 
-    python scripts/plot_activations.py figures/activations.png
-    python scripts/plot_activations.py out.pdf --names xielu xiprelu --alpha-p 0.3 --alpha-n 1.5
+    python -m scripts.plot_activations figures/activations.png
+    python -m scripts.plot_activations out.pdf --names xielu xiprelu --alpha-p 0.3 --alpha-n 1.5
 
 Curves come straight from the ``xielu`` registry (the modules training uses); derivatives are
 taken by autograd, so the plot shows exactly what the fused kernels compute.
@@ -10,12 +10,9 @@ taken by autograd, so the plot shows exactly what the fused kernels compute.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.figures import grid, pyplot, save, value_and_slope
 from xielu import get_activation, is_gated

@@ -1,17 +1,14 @@
 """Learned alpha_p / alpha_n against normalised depth (the paper's depth figure), and every
 layer's xIELU curve coloured by depth (its appendix figures), from run checkpoints.
 
-    python scripts/plot_alphas.py figures/alphas.png runs/paper_1b-xielu runs/paper_3b-xielu
-    python scripts/plot_alphas.py figures/alphas.pdf RUN --step 5000 --curves figures/curves.png
+    python -m scripts.plot_alphas figures/alphas.png runs/paper_1b-xielu runs/paper_3b-xielu
+    python -m scripts.plot_alphas figures/alphas.pdf RUN --step 5000 --curves figures/curves.png
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.figures import grid, pyplot, save, value_and_slope
 from training.runs import load_trained_model

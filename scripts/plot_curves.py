@@ -1,32 +1,16 @@
 """Training (and validation) loss of several runs against tokens seen, from ``metrics.jsonl``.
 
-python scripts/plot_curves.py figures/loss.png runs/mini-swiglu runs/mini-xielu [--perplexity]
+python -m scripts.plot_curves figures/loss.png runs/mini-swiglu runs/mini-xielu [--perplexity]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from scripts.common import read_metrics
 from scripts.figures import pyplot, save
-
-
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """A run's records, the later record winning for steps logged twice (after a resume)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl")
-    by_key: dict[tuple, dict] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        kind = "val" if "val/loss" in record else "train"
-        by_key[(kind, record["step"])] = record
-    return [by_key[k] for k in sorted(by_key, key=lambda k: (k[1], k[0]))]
 
 
 def plot(runs: list[str], out: Path, perplexity: bool = False) -> Path:

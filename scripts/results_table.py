@@ -1,7 +1,7 @@
 """The paper's results tables from run directories, as Markdown and CSV.
 
-    python scripts/results_table.py runs/mini_ablation-*                 # main-table layout
-    python scripts/results_table.py runs/ablation_1b-* --ablation --csv results/ablation.csv
+    python -m scripts.results_table runs/mini_ablation-*                 # main-table layout
+    python -m scripts.results_table runs/ablation_1b-* --ablation --csv results/ablation.csv
 
 Main layout: validation loss and perplexity at the end of the stable phase (the step where the
 WSD cooldown starts) and at the end of the run, per activation. ``--ablation``: the final
@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from eval.paper import ABLATION_TABLE
-from scripts.plot_curves import read_metrics
-from scripts.tables import markdown, write_csv
+from scripts.common import markdown, read_metrics, write_csv
 from training.runs import run_config
 
 

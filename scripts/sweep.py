@@ -1,9 +1,9 @@
 """Launch one of the paper's sweeps (``configs/sweep/*.yaml``) through Hydra multirun.
 
-    python scripts/sweep.py ablation --dry-run            # the jobs it would submit
-    python scripts/sweep.py ablation                      # submitit SLURM launcher, one job/row
-    python scripts/sweep.py main data.paths='[/scratch/fw/*.parquet]'
-    python scripts/sweep.py mini_ablation --launcher basic   # in this process, one after another
+    python -m scripts.sweep ablation --dry-run            # the jobs it would submit
+    python -m scripts.sweep ablation                      # submitit SLURM launcher, one job/row
+    python -m scripts.sweep main data.paths='[/scratch/fw/*.parquet]'
+    python -m scripts.sweep mini_ablation --launcher basic   # in this process, one after another
 
 Each grid of the sweep file becomes one ``python train.py -m ...`` call; its ``sweep`` lists
 become Hydra's comma-separated sweep values, extra arguments are appended to every job. Under

@@ -1,6 +1,6 @@
 """Train a SentencePiece tokenizer on local text, for ``data.tokenizer.name=sentencepiece``.
 
-    python scripts/train_sentencepiece.py corpus/*.txt --prefix tok/sp --vocab-size 32000
+    python -m scripts.train_sentencepiece corpus/*.txt --prefix tok/sp --vocab-size 32000
 
 Inputs are plain-text files, one sentence or paragraph per line. EOS (id 2) separates
 documents in the pipeline; BOS is 1, unknown 0. Byte fallback keeps every input encodable.

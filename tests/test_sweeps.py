@@ -41,7 +41,7 @@ def test_main_sweep_is_the_papers_main_comparison():
 
 def test_dry_run_prints_every_job_and_submits_nothing():
     out = subprocess.run(
-        [sys.executable, "scripts/sweep.py", "ablation", "--dry-run"],
+        [sys.executable, "-m", "scripts.sweep", "ablation", "--dry-run"],
         cwd=ROOT,
         capture_output=True,
         text=True,

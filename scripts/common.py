@@ -1,0 +1,84 @@
+"""What several scripts share: timing, bytes saved for backward, tables, and run metrics."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_ms(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> float:
+    """Median wall time of ``fn`` in milliseconds, after ``warmup`` untimed calls.
+
+    The device is synchronised around every call, so CUDA's asynchronous launches are timed to
+    their end, not to their queueing.
+    """
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def saved_bytes(step: Callable[[], torch.Tensor]) -> int:
+    """Bytes of the distinct tensors autograd saves for backward during one forward.
+
+    Distinct by storage, offset, shape and dtype: a tensor saved by two ops (the input of a
+    residual branch, say) is memory once, and counted once.
+    """
+    seen: dict[tuple, int] = {}
+
+    def pack(t: torch.Tensor):
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.dtype)
+        seen[key] = t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = step()
+    del out
+    return sum(seen.values())
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    """Rows as CSV, the first row's keys as the header; the parent directory is created."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {path}")
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """A run's ``metrics.jsonl`` records in step order, the later record winning for steps
+    logged twice (a resumed run logs again the steps after its last checkpoint)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl")
+    by_key: dict[tuple, dict] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        kind = "val" if "val/loss" in record else "train"
+        by_key[(kind, record["step"])] = record
+    return [by_key[k] for k in sorted(by_key, key=lambda k: (k[1], k[0]))]

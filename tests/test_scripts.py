@@ -1,0 +1,71 @@
+"""The scripts package: runnable as modules and as files, and the helpers the scripts share."""
+
+import ast
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from scripts.common import markdown, read_metrics, saved_bytes
+from train_helpers import ROOT
+
+SHARED = {"scripts.common", "scripts.figures"}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scripts").glob("*.py")), ids=lambda p: p.stem)
+def test_scripts_import_the_shared_helpers_never_one_another(path):
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    own = {name for name in imported if name == "scripts" or name.startswith("scripts.")}
+    assert own <= SHARED, f"{path.name} imports {sorted(own - SHARED)}: share through common"
+
+
+@pytest.mark.parametrize(
+    "command,cwd",
+    [
+        (["-m", "scripts.results_table"], ROOT),
+        # a file run from elsewhere finds ``scripts.common`` through the installed package
+        ([str(ROOT / "scripts" / "results_table.py")], None),
+    ],
+    ids=["module", "file"],
+)
+def test_a_script_that_imports_the_shared_helpers_runs_as_module_and_as_file(
+    command, cwd, tmp_path
+):
+    out = subprocess.run(
+        [sys.executable, *command, "--help"],
+        cwd=cwd or tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--ablation" in out
+
+
+def test_read_metrics_keeps_the_later_record_of_a_step_logged_twice(tmp_path):
+    records = [
+        {"step": 1, "loss": 5.0},
+        {"step": 2, "loss": 4.0},
+        {"step": 2, "val/loss": 4.5},
+        {"step": 2, "loss": 3.9},  # logged again after a resume from step 1
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert read_metrics(tmp_path) == [records[0], records[3], records[2]]
+    with pytest.raises(FileNotFoundError, match=r"has no metrics\.jsonl"):
+        read_metrics(tmp_path / "missing")
+
+
+def test_saved_bytes_counts_a_tensor_saved_by_two_ops_once():
+    x = torch.randn(4, 8, requires_grad=True)
+    # mul saves x as both of its inputs, exp saves its own output: two tensors of x's size
+    assert saved_bytes(lambda: (x * x).exp()) == 2 * x.numel() * x.element_size()
+
+
+def test_markdown_table_has_a_separator_per_column():
+    assert markdown(["a", "b"], [["1", "2"]]) == ["| a | b |", "|---|---|", "| 1 | 2 |"]
