@@ -1,17 +1,25 @@
 """Text and token sources, the paper's tokenizers, packing, and exactly resumable loaders.
 
-Knows nothing about models or training: it yields ``{"inputs", "targets"}`` windows of token ids.
+Knows nothing about models or training: it yields ``{"inputs", "targets"}`` windows of token ids
+(targets equal to ``IGNORE_INDEX`` are padding). Sources are looked up by name in
+``data.registry``; each is one module under ``data/sources/``.
 """
 
 from data.config import DataConfig, TokenizerConfig
-from data.loader import build_loader, build_validation_loader
+from data.loader import build_loader, build_validation_loader, counters
+from data.packing import IGNORE_INDEX
+from data.registry import available_sources, get_source
 from data.tokenizers import Tokenizer, load_tokenizer
 
 __all__ = [
+    "IGNORE_INDEX",
     "DataConfig",
     "Tokenizer",
     "TokenizerConfig",
+    "available_sources",
     "build_loader",
     "build_validation_loader",
+    "counters",
+    "get_source",
     "load_tokenizer",
 ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SOURCES = ("builtin", "local", "fineweb_edu", "tokenized")
 TOKENIZERS = ("mistral_nemo", "llama3", "hf", "sentencepiece", "bytes")
 
 
@@ -35,8 +34,9 @@ class TokenizerConfig:
 @dataclass
 class DataConfig:
     """Attributes:
-    source: ``builtin`` (offline smoke-test corpus), ``local`` (parquet/jsonl files),
-        ``fineweb_edu`` (streamed from the Hugging Face Hub) or ``tokenized`` (binary shards).
+    source: a name registered in ``data.registry``: ``builtin`` (offline smoke-test corpus),
+        ``local`` (parquet/jsonl files), ``fineweb_edu`` (streamed from the Hugging Face Hub)
+        or ``tokenized`` (binary shards); one module each under ``data/sources/``.
     paths: glob patterns; ``local``: ``*.parquet``, ``*.jsonl``, ``*.jsonl.gz``;
         ``tokenized``: ``*.bin`` written by ``scripts/pretokenize.py``.
     text_column: the column holding document text.
@@ -45,10 +45,11 @@ class DataConfig:
     min_int_score: keep only documents with ``int_score`` at least this (FineWeb-Edu's 0-5
         educational score); ``None`` keeps all.
     seq_len: tokens per training sequence; windows of ``seq_len + 1`` give inputs and targets.
-    document_ids: also yield each position's document index within its window, so attention
-        can be restricted to the document.
+    document_mask: also yield each position's document index within its window (the batch key
+        ``document_ids``), so that attention is restricted to the position's own document.
     validation_documents: the first documents of the source, held out from training; the same
-        for every run, activation and world size, so perplexities are comparable.
+        for every run, activation and world size, so perplexities are comparable. Documents,
+        not records: skipped records (bad, empty, filtered) among them do not count.
     shuffle: permute the order of source fragments (text) or windows (tokenized) each epoch,
         from ``seed``; exact on resume (no shuffle buffer whose content would be lost).
     seed: seed of that permutation.
@@ -64,7 +65,7 @@ class DataConfig:
     min_int_score: int | None = None
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     seq_len: int = 256
-    document_ids: bool = False
+    document_mask: bool = False
     validation_documents: int = 100
     shuffle: bool = True
     seed: int = 0
@@ -74,15 +75,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         if isinstance(self.tokenizer, dict):
             self.tokenizer = TokenizerConfig(**self.tokenizer)
-        if self.source not in SOURCES:
-            raise ValueError(
-                f"data.source={self.source!r} is not known; choose one of: {', '.join(SOURCES)}"
-            )
-        if self.source in ("local", "tokenized") and not self.paths:
+        from data.registry import get_source  # its sources import this module
+
+        if get_source(self.source).needs_paths and not self.paths:
             raise ValueError(f"data.paths must list files (globs) for data.source={self.source}")
-        for name in ("seq_len",):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"data.{name} must be positive, got {getattr(self, name)}")
-        for name in ("validation_documents", "num_workers"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"data.{name} must be >= 0, got {getattr(self, name)}")
+        # value ranges are checked with every other knob's (training.config.BOUNDS)

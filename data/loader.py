@@ -1,32 +1,34 @@
-"""DataLoaders for training (endless, resumable) and validation (finite, deterministic)."""
+"""DataLoaders for training (endless, resumable) and validation (finite, deterministic), and
+the pipeline's counters read back from a training loader's state."""
 
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 
 from torch.utils.data import DataLoader, IterableDataset
 
 from data.config import DataConfig
+from data.registry import get_source
+from data.sharding import deal
 
-
-def training_dataset(config: DataConfig, rank: int = 0, world_size: int = 1) -> IterableDataset:
-    if config.source == "tokenized":
-        from data.shards import TokenStream
-
-        return TokenStream(config, rank, world_size)
-    if config.source == "fineweb_edu":
-        from data.hub import HubStream
-
-        return HubStream(config, rank, world_size)
-    from data.stream import TextStream
-
-    return TextStream(config, rank, world_size)
+# Always reported by ``counters``, so every rank all-reduces the same keys.
+COUNTERS = (
+    "documents",  # documents packed into training windows (text sources)
+    "tokens",  # their tokens, BOS/EOS included (text sources); windows x seq_len (tokenized)
+    "windows",  # training windows yielded (tokenized)
+    "bad_records",  # not UTF-8 / JSON, no text field, or text not a string
+    "empty_documents",  # empty or whitespace-only text
+    "filtered_documents",  # below data.min_int_score
+    "bad_files",  # unreadable files or row groups, or files that stop early
+    "skipped",  # records without usable text (fineweb_edu)
+)
 
 
 def build_loader(config: DataConfig, batch_size: int, rank: int = 0, world_size: int = 1):
     """A ``StatefulDataLoader``: ``state_dict()`` / ``load_state_dict()`` resume exactly.
 
-    Each worker is its own stream (see ``data.stream``); the loader's state holds every
+    Each worker is its own stream (see ``data.sharding``); the loader's state holds every
     worker's position and which worker's batch comes next.
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -35,7 +37,7 @@ def build_loader(config: DataConfig, batch_size: int, rank: int = 0, world_size:
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
     return StatefulDataLoader(
-        training_dataset(config, rank, world_size),
+        get_source(config.source).training(config, rank, world_size),
         batch_size=batch_size,
         num_workers=config.num_workers,
         persistent_workers=config.num_workers > 0,
@@ -43,9 +45,51 @@ def build_loader(config: DataConfig, batch_size: int, rank: int = 0, world_size:
     )
 
 
+class ValidationStream(IterableDataset):
+    """The held-out slice: the first ``validation_documents`` documents of the source.
+
+    The same documents for every run, activation and world size. Every rank packs the whole
+    slice the same way and keeps windows ``i % world_size == rank`` (the last, partial window
+    padded with ignored targets), so the windows, and the token-weighted loss over them, do not
+    depend on the world size.
+    """
+
+    def __init__(self, config: DataConfig, rank: int = 0, world_size: int = 1) -> None:
+        self.config, self.rank, self.world_size = config, rank, world_size
+
+    def __iter__(self):
+        windows = get_source(self.config.source).validation(self.config)
+        return deal(windows, self.rank, self.world_size)
+
+
 def build_validation_loader(
     config: DataConfig, batch_size: int, rank: int = 0, world_size: int = 1
 ) -> DataLoader:
-    from data.validation import ValidationStream
-
     return DataLoader(ValidationStream(config, rank, world_size), batch_size=batch_size)
+
+
+def counters(loader_state: dict) -> dict[str, int]:
+    """The pipeline's counters on this rank, from ``build_loader(...).state_dict()``.
+
+    Sums the ``stats`` of every worker's stream (each worker's state as of the last batch it
+    delivered; with ``num_workers=0`` the one stream's). Counters are cumulative over the run,
+    resumes included, and count the training part only: records in the held-out validation slice
+    are never counted. Every name in ``COUNTERS`` is present (0 when a source does not count
+    it), so the dicts of all ranks have the same keys and can be all-reduced as they are; the
+    sum over ranks counts each record once. A counter that is not in ``COUNTERS`` is left out.
+    """
+    total = Counter(dict.fromkeys(COUNTERS, 0))
+    for state in _dataset_states(loader_state):
+        stats = (state.get("pending") or {}).get("stats") or {}
+        total.update({k: int(v) for k, v in stats.items() if k in total})
+    return dict(total)
+
+
+def _dataset_states(state):
+    """Every ``dataset_state`` in a StatefulDataLoader state (one per worker, or the main one)."""
+    if isinstance(state, dict):
+        for key, value in state.items():
+            if key == "dataset_state" and isinstance(value, dict):
+                yield value
+            else:
+                yield from _dataset_states(value)

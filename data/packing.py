@@ -7,19 +7,22 @@ not-yet-emitted tokens, which goes into the checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
 
+# targets the loss skips: torch's cross-entropy default, which model.loss uses as well
 IGNORE_INDEX = -100
 
 
 class Packer:
-    def __init__(self, seq_len: int, eos_id: int, document_ids: bool = False) -> None:
+    """``document_mask``: windows also carry ``"document_ids"`` (see ``document_index``)."""
+
+    def __init__(self, seq_len: int, eos_id: int, document_mask: bool = False) -> None:
         self.seq_len = seq_len
         self.eos_id = eos_id
-        self.document_ids = document_ids
+        self.document_mask = document_mask
         self.buffer = np.zeros(0, dtype=np.int64)
         self.start = 0  # tokens before this index were emitted (kept until the next add)
 
@@ -50,8 +53,8 @@ class Packer:
     def window(self, ids) -> dict[str, torch.Tensor]:
         tokens = torch.from_numpy(np.array(ids, dtype=np.int64))  # a copy, owned by the window
         out = {"inputs": tokens[:-1], "targets": tokens[1:].clone()}
-        if self.document_ids:
-            out["document_ids"] = document_ids(out["inputs"], self.eos_id)
+        if self.document_mask:
+            out["document_ids"] = document_index(out["inputs"], self.eos_id)
         return out
 
     def state_dict(self) -> dict:
@@ -62,10 +65,21 @@ class Packer:
         self.start = 0
 
 
-def document_ids(inputs: torch.Tensor, eos_id: int) -> torch.Tensor:
+def pack(documents: Iterable, packer: Packer) -> Iterator[dict[str, torch.Tensor]]:
+    """Every window of ``documents`` (token arrays, in order), the last one padded: the
+    validation slice, which must be evaluated to its last token."""
+    for ids in documents:
+        packer.add(ids)
+        while (window := packer.pop()) is not None:
+            yield window
+    yield from packer.flush()
+
+
+def document_index(inputs: torch.Tensor, eos_id: int) -> torch.Tensor:
     """Per position, the index of its document within the window (a new one after each EOS).
 
-    Two positions may attend to each other only when their ids are equal.
+    The batch key ``"document_ids"``, which ``Llama.forward`` takes: two positions may attend
+    to each other only when their indices are equal.
     """
     after_eos = torch.zeros_like(inputs)
     after_eos[1:] = (inputs[:-1] == eos_id).long()

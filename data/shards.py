@@ -1,30 +1,23 @@
-"""Pre-tokenized binary shards: written by ``scripts/pretokenize.py``, read through memory maps.
+"""Pre-tokenized binary shards: written by ``scripts/pretokenize.py``, read through memory maps
+(the ``tokenized`` source, ``data.sources.tokenized``, reads them as one token stream).
 
 File layout (little-endian): a 64-byte header ``magic "XIELUTOK", u32 version, u32 bytes per
 token (2 or 4), u64 token count, i64 EOS id, u64 vocabulary size``, zero-padded, then the tokens
 as uint16 (when the vocabulary fits) or uint32. Documents are concatenated, each followed by EOS.
 
-The shards form one token stream in sorted file order. Windows of ``seq_len + 1`` tokens start
-every ``seq_len`` tokens after the validation slice (the first ``validation_documents``
-documents, found by counting EOS); window ``i`` of the epoch's order belongs to stream
-``i % n``, and the order is a seeded permutation per epoch when shuffling. State: epoch and the
-number of windows this stream has yielded.
+The shards form one token stream in sorted file order; ``TokenCorpus`` locates the end of the
+validation slice (the first ``validation_documents`` documents, found by counting EOS).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch.utils.data import IterableDataset
 
 from data.config import DataConfig
-from data.packing import Packer
-from data.sources import expand_paths, fingerprint
-from data.stream import check_same_identity, worker_split
+from data.text_files import expand_paths, fingerprint
 
 MAGIC = b"XIELUTOK"
 VERSION = 1
@@ -112,66 +105,3 @@ class TokenCorpus:
         if not parts:
             return np.zeros(0, dtype=np.int64)
         return np.concatenate(parts).astype(np.int64)
-
-
-class TokenStream(IterableDataset):
-    def __init__(self, config: DataConfig, rank: int = 0, world_size: int = 1) -> None:
-        self.config, self.rank, self.world_size = config, rank, world_size
-        self._pending: dict | None = None
-        self._live: dict | None = None
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        c = self.config
-        corpus = TokenCorpus(c)
-        stream, n = worker_split(self.world_size, self.rank)
-        identity = {
-            "source": corpus.fingerprint,
-            "seq_len": c.seq_len,
-            "n_streams": n,
-            "validation_documents": c.validation_documents,
-            "seed": c.seed,
-            "shuffle": c.shuffle,
-        }
-        windows = (corpus.total - corpus.validation_end - 1) // c.seq_len
-        if windows < n:
-            raise ValueError(f"{windows} training windows cannot feed {n} streams: too little data")
-        epoch, done = 0, 0
-        if self._pending is not None:
-            check_same_identity(self._pending["identity"], identity)
-            epoch, done = self._pending["epoch"], self._pending["done"]
-        packer = Packer(c.seq_len, corpus.eos_id, c.document_ids)
-        while True:
-            if c.shuffle:
-                gen = torch.Generator().manual_seed(c.seed * 1_000_003 + epoch)
-                order = torch.randperm(windows, generator=gen)[stream::n].numpy()
-            else:
-                order = np.arange(stream, windows, n)
-            for k in range(done, len(order)):
-                begin = corpus.validation_end + int(order[k]) * c.seq_len
-                self._live = {"identity": identity, "epoch": epoch, "done": k + 1}
-                yield packer.window(corpus.slice(begin, begin + c.seq_len + 1))
-            epoch, done = epoch + 1, 0
-
-    def state_dict(self) -> dict:
-        return {"pending": self._live or self._pending}
-
-    def load_state_dict(self, state: dict) -> None:
-        self._pending, self._live = state["pending"], None
-
-
-def validation_windows(
-    config: DataConfig, rank: int, world_size: int
-) -> Iterator[dict[str, torch.Tensor]]:
-    """The held-out documents' tokens as windows; rank r takes windows r, r + world, ..."""
-    corpus = TokenCorpus(config)
-    packer = Packer(config.seq_len, corpus.eos_id, config.document_ids)
-    tokens = corpus.slice(0, corpus.validation_end)
-    index = 0
-    packer.add(tokens)
-    while (window := packer.pop()) is not None:
-        if index % world_size == rank:
-            yield window
-        index += 1
-    tail = list(packer.flush())
-    if tail and index % world_size == rank:
-        yield from tail

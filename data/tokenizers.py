@@ -205,7 +205,7 @@ def load_tokenizer(config: TokenizerConfig) -> Tokenizer:
     return _sentencepiece(config.path)
 
 
-def document_ids(tokenizer: Tokenizer, text: str, add_bos: bool) -> np.ndarray:
+def encode_document(tokenizer: Tokenizer, text: str, add_bos: bool) -> np.ndarray:
     """A document as the pipeline packs it: [BOS] text EOS, as int64 numpy.
 
     Numpy rather than lists from here on: ``torch.tensor(list)`` costs about 200 ns per token,

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from data import DataConfig, TokenizerConfig, build_loader, load_tokenizer
 from data.builtin_corpus import build_documents
-from data.sources import TextSource
+from data.text_files import TextSource
 
 GH200_TOKENS_PER_S = 5 * 4096 / 0.56  # the paper's efficiency table, 1.1B, per GPU
 

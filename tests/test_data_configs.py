@@ -1,11 +1,11 @@
-"""The Hydra data presets are valid DataConfigs."""
+"""The Hydra data presets are valid DataConfigs, one per registered source."""
 
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from data import DataConfig
+from data import DataConfig, available_sources, get_source
 
 PRESETS = sorted((Path(__file__).resolve().parents[1] / "configs" / "data").glob("*.yaml"))
 
@@ -13,12 +13,12 @@ PRESETS = sorted((Path(__file__).resolve().parents[1] / "configs" / "data").glob
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
 def test_data_presets_build(path):
     values = OmegaConf.to_container(OmegaConf.load(path))
-    if values["source"] in ("local", "tokenized"):
+    if get_source(values["source"]).needs_paths:
         assert values["paths"] == []  # the user must point at their files
         values["paths"] = ["/data/*.parquet"]
     config = DataConfig(**values)
     assert config.source == path.stem
 
 
-def test_all_four_sources_have_a_preset():
-    assert {p.stem for p in PRESETS} == {"builtin", "local", "fineweb_edu", "tokenized"}
+def test_every_registered_source_has_a_preset():
+    assert {p.stem for p in PRESETS} == set(available_sources())

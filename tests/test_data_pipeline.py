@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from data import DataConfig, TokenizerConfig, build_loader, build_validation_loader
-from data.packing import IGNORE_INDEX, Packer, document_ids
+from data.packing import IGNORE_INDEX, Packer, document_index
 from data.stream import TextStream
 from data_fixtures import write_parquet_corpus
 
@@ -47,8 +47,8 @@ def test_packed_windows_overlap_by_one_and_every_token_is_a_target_once():
     assert list(packer.flush()) == []
 
 
-def test_document_ids_start_a_new_document_after_each_eos():
-    ids = document_ids(torch.tensor([4, 5, 0, 6, 0, 0, 7]), eos_id=0)
+def test_document_index_starts_a_new_document_after_each_eos():
+    ids = document_index(torch.tensor([4, 5, 0, 6, 0, 0, 7]), eos_id=0)
     assert ids.tolist() == [0, 0, 0, 1, 1, 2, 3]
 
 
@@ -100,7 +100,7 @@ def assert_same_batches(a, b):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_resume_yields_the_same_next_batches_twice_over(corpus, workers):
     directory, _ = corpus
-    cfg = config(directory, num_workers=workers, document_ids=True, seq_len=256)
+    cfg = config(directory, num_workers=workers, document_mask=True, seq_len=256)
     reference = iter(build_loader(cfg, batch_size=3))
     take(reference, 5)
     first = build_loader(cfg, batch_size=3)

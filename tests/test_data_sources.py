@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from data import DataConfig, TokenizerConfig, build_loader, build_validation_loader
-from data.hub import HubUnreachableError, open_stream
 from data.packing import IGNORE_INDEX
 from data.shards import Shard, write_shard
+from data.sources.fineweb_edu import HubUnreachableError, open_stream
 from data.stream import TextStream
 from data_fixtures import write_parquet_corpus
 from scripts.pretokenize import pretokenize
@@ -131,7 +131,7 @@ def test_tokenized_resume_and_sharding(parquet_dir, tmp_path):
     got = windows(iter(resumed), 250)
     assert all(torch.equal(a["inputs"], b["inputs"]) for a, b in zip(got, expected, strict=True))
     # four streams split one epoch's windows without overlap
-    from data.shards import TokenStream
+    from data.sources.tokenized import TokenStream
 
     per_stream = [windows(TokenStream(cfg, s, 4), 40) for s in range(4)]
     starts = [tuple(w["inputs"][:8].tolist()) for ws in per_stream for w in ws]

@@ -58,13 +58,13 @@ def test_local_hf_tokenizer_directory(tmp_path):
 
 
 def test_byte_tokenizer_is_utf8_and_packs_like_the_others():
-    from data.tokenizers import document_ids
+    from data.tokenizers import encode_document
 
     tok = load_tokenizer(TokenizerConfig("bytes"))
     for text in real_documents():
         assert bytes(tok.encode(text)) == text.encode("utf-8")
         assert tok.decode(tok.encode(text)) == text
-    packed = document_ids(tok, "é!", add_bos=True)
+    packed = encode_document(tok, "é!", add_bos=True)
     assert packed.tolist() == [256, 0xC3, 0xA9, 0x21, 257] and packed.dtype.name == "int64"
     assert tok.vocab_size == 258 and max(tok.bos_id, tok.eos_id) < tok.vocab_size
 

@@ -5,9 +5,11 @@ jsonl(.gz) file. Fragments are ordered by sorted file path, then row group, so e
 agrees on the global document order without talking to the others.
 
 Bad data never stops a run halfway without a message: an unreadable file or row group is skipped
-with a warning and counted; a record that is not valid UTF-8 or JSON, lacks the text field, or
-holds a non-string is counted as bad; an empty or whitespace-only document is counted as empty.
-A parquet file without the text column is a configuration error and stops at once, naming it.
+with a warning; a record that is not valid UTF-8 or JSON, lacks the text field, or holds a
+non-string is a bad record; an empty or whitespace-only document is an empty document. Reading
+names each skipped record's counter instead of counting it, so that the caller can count each
+record once however many streams read it (``data.stream``). A parquet file without the text
+column is a configuration error and stops at once, naming it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import hashlib
 import json
 import logging
 import os
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +28,14 @@ log = logging.getLogger(__name__)
 
 TEXT_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".json.gz", ".json")
 
+# (row, text, skipped): text is a document, or None and skipped names the counter for the record
+Record = tuple[int, str | None, str | None]
+
 
 @dataclass(frozen=True)
 class Fragment:
     path: str
     row_group: int  # -1: the whole (jsonl) file
-    rows: int | None  # known for parquet from its metadata
 
 
 def expand_paths(patterns: list[str], suffixes: tuple[str, ...]) -> list[str]:
@@ -66,7 +69,7 @@ class TextSource:
         self.files = expand_paths(patterns, TEXT_SUFFIXES)
         self.text_column = text_column
         self.min_int_score = min_int_score
-        self.stats: Counter = Counter()
+        self.unreadable: list[int] = []  # indices into files: parquet files with no readable footer
         self.fragments = self._fragments()
         self.fingerprint = fingerprint(self.files, f"{text_column}:{min_int_score}")
 
@@ -74,15 +77,15 @@ class TextSource:
         import pyarrow.parquet as pq
 
         out = []
-        for path in self.files:
+        for index, path in enumerate(self.files):
             if not path.endswith(".parquet"):
-                out.append(Fragment(path, -1, None))
+                out.append(Fragment(path, -1))
                 continue
             try:
                 meta = pq.ParquetFile(path).metadata
             except Exception as error:  # truncated or not parquet at all
                 log.warning("skipping unreadable parquet file %s: %s", path, error)
-                self.stats["bad_files"] += 1
+                self.unreadable.append(index)
                 continue
             names = meta.schema.names
             if self.text_column not in names:
@@ -90,37 +93,50 @@ class TextSource:
                     f"{path} has no column {self.text_column!r} (data.text_column); "
                     f"its columns: {', '.join(names)}"
                 )
-            out.extend(
-                Fragment(path, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)
-            )
+            out.extend(Fragment(path, i) for i in range(meta.num_row_groups))
         return out
 
-    def read(self, fragment: Fragment, start: int = 0) -> Iterator[tuple[int, str | None]]:
-        """(row, text) from ``start`` on; text is None for a record that is skipped."""
+    def records(self, fragment: Fragment, start: int = 0) -> Iterator[Record]:
+        """Every record from row ``start`` on. A file that stops early (truncated, unreadable
+        row group) ends its records with ``(next row, None, "bad_files")`` after a warning."""
+        row = start
         try:
             if fragment.row_group >= 0:
-                yield from self._read_parquet(fragment, start)
+                records = self._read_parquet(fragment, start)
             else:
-                yield from self._read_jsonl(fragment.path, start)
+                records = self._read_jsonl(fragment.path, start)
+            for record in records:
+                row = record[0] + 1
+                yield record
         except (OSError, EOFError, ValueError) as error:
             if isinstance(error, ValueError) and "has no column" in str(error):
                 raise
             log.warning("stopped reading %s early: %s", fragment.path, error)
-            self.stats["bad_files"] += 1
+            yield row, None, "bad_files"
 
-    def _keep(self, text, score) -> str | None:
+    def read(self, fragment: Fragment, start: int = 0) -> Iterator[tuple[int, str | None]]:
+        """(row, text) from ``start`` on; text is None for a record that is skipped."""
+        for row, text, skipped in self.records(fragment, start):
+            if skipped != "bad_files":
+                yield row, text
+
+    def documents(self) -> Iterator[tuple[int, int, str]]:
+        """(fragment index, row, text) of every document, in the global order."""
+        for index, fragment in enumerate(self.fragments):
+            for row, text, _ in self.records(fragment):
+                if text is not None:
+                    yield index, row, text
+
+    def _keep(self, text, score) -> tuple[str | None, str | None]:
         if not isinstance(text, str):
-            self.stats["bad_records"] += 1
-            return None
+            return None, "bad_records"
         if not text.strip():
-            self.stats["empty_documents"] += 1
-            return None
+            return None, "empty_documents"
         if self.min_int_score is not None and (score is None or score < self.min_int_score):
-            self.stats["filtered_documents"] += 1
-            return None
-        return text
+            return None, "filtered_documents"
+        return text, None
 
-    def _read_parquet(self, fragment: Fragment, start: int) -> Iterator[tuple[int, str | None]]:
+    def _read_parquet(self, fragment: Fragment, start: int) -> Iterator[Record]:
         import pyarrow.parquet as pq
 
         columns = [self.text_column]
@@ -135,34 +151,22 @@ class TextSource:
         texts = table.column(self.text_column).to_pylist()
         scores = table.column("int_score").to_pylist() if self.min_int_score is not None else None
         for row in range(start, len(texts)):
-            yield row, self._keep(texts[row], scores[row] if scores else None)
+            yield row, *self._keep(texts[row], scores[row] if scores else None)
 
-    def _read_jsonl(self, path: str, start: int) -> Iterator[tuple[int, str | None]]:
+    def _read_jsonl(self, path: str, start: int) -> Iterator[Record]:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rb") as lines:
             for row, line in enumerate(lines):
                 if row < start:
                     continue
+                if not line.strip():
+                    yield row, None, "empty_documents"
+                    continue
                 try:
-                    record = json.loads(line.decode("utf-8")) if line.strip() else {"": ""}
+                    record = json.loads(line.decode("utf-8"))
                 except (UnicodeDecodeError, json.JSONDecodeError):
                     record = None
                 if not isinstance(record, dict):
-                    self.stats["bad_records"] += 1
-                    yield row, None
-                elif not line.strip():
-                    self.stats["empty_documents"] += 1
-                    yield row, None
+                    yield row, None, "bad_records"
                 else:
-                    yield row, self._keep(record.get(self.text_column), record.get("int_score"))
-
-    def count_rows(self, fragment: Fragment) -> int:
-        """Records in a fragment, counting skipped ones (rows are positions, not documents)."""
-        if fragment.rows is not None:
-            return fragment.rows
-        opener = gzip.open if fragment.path.endswith(".gz") else open
-        try:
-            with opener(fragment.path, "rb") as lines:
-                return sum(1 for _ in lines)
-        except (OSError, EOFError):
-            return 0
+                    yield row, *self._keep(record.get(self.text_column), record.get("int_score"))

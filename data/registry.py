@@ -1,0 +1,92 @@
+"""One place that maps the name in ``data.source=...`` to what the source yields.
+
+Every module of the ``data.sources`` package registers exactly one :class:`DataSource`, named
+like the module, when it is imported; the registry imports them all on first lookup. Adding a
+source is therefore one module ``data/sources/<name>.py`` that calls ``register(...)`` and one
+Hydra preset ``configs/data/<name>.yaml`` that sets ``source: <name>``; nothing else names the
+sources (``DataConfig``, the loaders and ``scripts/pretokenize.py`` all look them up here).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from torch.utils.data import IterableDataset
+
+    from data.config import DataConfig
+    from data.text_files import TextSource
+
+Window = dict[str, "torch.Tensor"]
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """A registered data source.
+
+    Attributes:
+        name: the value of ``data.source``.
+        summary: one line for listings and error messages.
+        training: ``(config, rank, world_size)`` -> this rank's endless, resumable training
+            windows; a ``data.resume.ResumableStream`` that splits itself over DataLoader workers.
+        validation: ``config`` -> every window of the held-out ``validation_documents``
+            documents, in order, the last one padded; the loader deals them out to the ranks.
+        pretokenize: ``(config, workers)`` -> every document (held-out ones included), tokenized
+            as ``[BOS] ids EOS``, in order, as ``(tokens, counters)`` chunks; ``None`` for a
+            source that cannot be pretokenized (it already is).
+        open_text: text-file sources only: ``config`` -> the ``TextSource`` their documents are
+            read from (``data.stream.TextStream`` and friends read through it).
+        needs_paths: ``data.paths`` must list files.
+    """
+
+    name: str
+    summary: str
+    training: Callable[[DataConfig, int, int], IterableDataset]
+    validation: Callable[[DataConfig], Iterator[Window]]
+    pretokenize: Callable[[DataConfig, int], Iterator[tuple[np.ndarray, Counter]]] | None = None
+    open_text: Callable[[DataConfig], TextSource] | None = None
+    needs_paths: bool = False
+
+
+_REGISTRY: dict[str, DataSource] = {}
+_discovered = False
+
+
+def register(source: DataSource) -> None:
+    if source.name in _REGISTRY:
+        raise ValueError(f"data source {source.name!r} is registered twice")
+    _REGISTRY[source.name] = source
+
+
+def _discover() -> None:
+    """Import every module of ``data.sources``; each registers its source on import."""
+    global _discovered
+    if _discovered:
+        return
+    import data.sources as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+    _discovered = True
+
+
+def available_sources() -> list[str]:
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def get_source(name: str) -> DataSource:
+    _discover()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"data.source={name!r} is not known; choose one of: {', '.join(available_sources())}"
+        ) from None

@@ -1,0 +1,211 @@
+"""``fineweb_edu``: FineWeb-Edu (or any text dataset) streamed with Hugging Face ``datasets``.
+
+``datasets.load_dataset(..., streaming=True)`` reads the Hub's parquet files lazily; the stream
+is split over ranks with ``split_dataset_by_node`` (by shard when the shard count divides
+evenly, else one record in n each) and over DataLoader workers by ``datasets`` itself (by
+shard: use at most as many workers as a rank has shards), and resumed from
+``IterableDataset.state_dict()``, saved together with the packer's buffer. The first
+``validation_documents`` documents are held out before the split (``skip`` of the records that
+hold them; records without text do not count), so they are the same for every run. Skipped
+records are counted by the one rank and worker whose split holds them, never in the held-out
+part.
+
+The Hub is checked up front: with ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` set, or the Hub not
+answering within seconds, the run stops with what to do instead (``data=local``), rather than
+hanging in retries or falling back silently. ``data.paths`` (local files or ``hf://`` URLs)
+streams those files with the same code and no Hub query. Shuffling is off on this path:
+``datasets``' shuffle buffer is not part of its state, so a resume could not be exact.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections import Counter
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from data.config import DataConfig
+from data.packing import Packer, pack
+from data.registry import DataSource, register
+from data.resume import ResumableStream
+from data.sharding import worker_stream
+from data.tokenizers import encode_document, load_tokenizer
+
+HUB_TIMEOUT_S = 10.0
+OFFLINE_HELP = (
+    "Point the run at local copies instead: download the parquet files on a machine with "
+    "internet (e.g. `huggingface-cli download HuggingFaceFW/fineweb-edu --repo-type dataset "
+    "--include 'sample/10BT/*'`) and use `data=local data.paths=[/path/to/*.parquet]`, or "
+    "pretokenize them and use `data=tokenized`."
+)
+
+
+class HubUnreachableError(RuntimeError):
+    pass
+
+
+def check_hub(repo: str, timeout: float = HUB_TIMEOUT_S) -> None:
+    """Fail fast, with instructions, when the Hub cannot be used."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").lower() in ("1", "true", "yes", "on"):
+            raise HubUnreachableError(f"{var} is set, so {repo} cannot be streamed. {OFFLINE_HELP}")
+    from huggingface_hub import HfApi
+
+    try:
+        HfApi().dataset_info(repo, timeout=timeout)
+    except Exception as error:
+        raise HubUnreachableError(
+            f"the Hugging Face Hub did not answer for {repo} within {timeout:.0f} s "
+            f"({type(error).__name__}: {str(error)[:200]}). {OFFLINE_HELP}"
+        ) from None
+
+
+def open_stream(config: DataConfig):
+    """The ``datasets`` IterableDataset of all records, in the source's order."""
+    import datasets
+
+    if config.paths:
+        suffix = config.paths[0].rsplit(".", 1)[-1]
+        builder = {"parquet": "parquet", "jsonl": "json", "gz": "json", "json": "json"}[suffix]
+        ds = datasets.load_dataset(builder, data_files=config.paths, split="train", streaming=True)
+    else:
+        check_hub(config.hub_repo)
+        ds = datasets.load_dataset(
+            config.hub_repo, name=config.hub_config, split="train", streaming=True
+        )
+    if config.min_int_score is not None:
+        minimum = config.min_int_score
+        ds = ds.filter(lambda r: r.get("int_score") is not None and r["int_score"] >= minimum)
+    return ds
+
+
+def _document(record: dict, column: str) -> str | None:
+    text = record.get(column)
+    return text if isinstance(text, str) and text.strip() else None
+
+
+def held_out_records(config: DataConfig) -> int:
+    """Records that hold the first ``validation_documents`` documents (records with no text,
+    or empty text, are held out with them but do not count). Read once, at a fresh start."""
+    documents = config.validation_documents
+    if documents == 0:
+        return 0
+    records = 0
+    for record in open_stream(config):
+        records += 1
+        if _document(record, config.text_column) is not None:
+            documents -= 1
+            if documents == 0:
+                break
+    return records
+
+
+def documents(config: DataConfig) -> Iterator[str | None]:
+    """Every record's text in the source's order; None for a record that is skipped."""
+    for record in open_stream(config):
+        yield _document(record, config.text_column)
+
+
+def validation_windows(config: DataConfig) -> Iterator[dict[str, torch.Tensor]]:
+    """The first ``validation_documents`` documents' windows (``DataSource.validation``)."""
+    tokenizer = load_tokenizer(config.tokenizer)
+    held = itertools.islice(filter(None, documents(config)), config.validation_documents)
+    ids = (encode_document(tokenizer, text, config.tokenizer.add_bos) for text in held)
+    yield from pack(ids, Packer(config.seq_len, tokenizer.eos_id, config.document_mask))
+
+
+def pretokenize_chunks(config: DataConfig, workers: int) -> Iterator[tuple[np.ndarray, Counter]]:
+    """Every document, in chunks of 1000, tokenized in this process (``workers`` is unused: the
+    stream is one sequence)."""
+    tokenizer = load_tokenizer(config.tokenizer)
+    records = documents(config)
+    while batch := list(itertools.islice(records, 1000)):
+        texts = [text for text in batch if text is not None]
+        docs = [encode_document(tokenizer, text, config.tokenizer.add_bos) for text in texts]
+        stats = Counter(documents=len(texts), skipped=len(batch) - len(texts))
+        yield np.concatenate([np.zeros(0, dtype=np.int64), *docs]), stats
+
+
+class HubStream(ResumableStream):
+    def __init__(self, config: DataConfig, rank: int = 0, world_size: int = 1) -> None:
+        super().__init__()
+        self.config, self.rank, self.world_size = config, rank, world_size
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        from datasets.distributed import split_dataset_by_node
+
+        c = self.config
+        tokenizer = load_tokenizer(c.tokenizer)
+        _, n = worker_stream(self.rank, self.world_size)  # n only fingerprints the layout
+        identity = {
+            "source": f"{c.hub_repo}/{c.hub_config}:{sorted(c.paths)}:{c.min_int_score}",
+            "tokenizer": c.tokenizer.name,
+            "seq_len": c.seq_len,
+            "n_streams": n,
+            "validation_documents": c.validation_documents,
+        }
+        state = self._resume(identity)
+        # saved so that a resume need not read the held-out records again
+        held = state.get("held_out_records") if state else None
+        if held is None:
+            held = held_out_records(c)
+        # split by rank only: inside a DataLoader worker, datasets itself gives each worker its
+        # own shards (splitting by rank x worker here as well would drop all but 1/W of them)
+        ds = split_dataset_by_node(
+            open_stream(c).skip(held), rank=self.rank, world_size=self.world_size
+        )
+        packer = Packer(c.seq_len, tokenizer.eos_id, c.document_mask)
+        stats = {"documents": 0, "tokens": 0, "skipped": 0}
+        epoch = 0
+        if state is not None:
+            epoch = state["epoch"]
+            ds.set_epoch(epoch)
+            ds.load_state_dict(state["dataset"])
+            packer.load_state_dict(state["packer"])
+            stats = dict(state["stats"])
+        live: dict = {}
+
+        def snapshot() -> dict | None:
+            if not live:  # nothing read yet: what was loaded, if anything
+                return state
+            return {
+                "identity": identity,
+                "held_out_records": held,
+                **live,
+                "packer": packer.state_dict(),
+                "stats": dict(stats),
+            }
+
+        self._publish(snapshot)
+        while True:
+            ds.set_epoch(epoch)
+            for record in ds:
+                text = _document(record, c.text_column)
+                if text is None:
+                    stats["skipped"] += 1
+                    continue
+                ids = encode_document(tokenizer, text, c.tokenizer.add_bos)
+                stats["documents"] += 1
+                stats["tokens"] += len(ids)
+                packer.add(ids)
+                # the dataset's position now, while it is suspended between records
+                live.update(epoch=epoch, dataset=ds.state_dict())
+                while (window := packer.pop()) is not None:
+                    yield window
+            if stats["documents"] == 0:
+                raise RuntimeError("the streamed dataset yielded no training document")
+            epoch += 1
+
+
+register(
+    DataSource(
+        name="fineweb_edu",
+        summary="FineWeb-Edu streamed from the Hugging Face Hub (or data.paths) with datasets",
+        training=HubStream,
+        validation=validation_windows,
+        pretokenize=pretokenize_chunks,
+    )
+)
