@@ -45,3 +45,20 @@ def test_a_run_exports_to_transformers_with_its_tokenizer_ids(trained, tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["architectures"] == ["ArceeForCausalLM"]
     assert (config["bos_token_id"], config["eos_token_id"]) == (1, 2)  # Tekken
+
+
+def test_a_run_config_written_before_key_renames_still_loads(tmp_path):
+    from omegaconf import OmegaConf
+
+    from training.config import ExperimentConfig
+    from training.runs import run_config
+
+    old = OmegaConf.to_container(OmegaConf.structured(ExperimentConfig))
+    old["data"]["document_ids"] = old["data"].pop("document_mask")
+    old["data"]["document_ids"] = True
+    old["trainer"]["compile"], old["trainer"]["activation_checkpointing"] = True, False
+    old["trainer"]["run_dir"] = str(tmp_path)
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(old))
+    config = run_config(tmp_path)
+    assert config.data.document_mask is True
+    assert (config.trainer.compile, config.trainer.activation_checkpointing) == ("blocks", "none")

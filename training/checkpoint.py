@@ -11,18 +11,25 @@ Layout of ``<run_dir>/checkpoints/step_000120/``:
 Everything is first written to ``step_000120.tmp``; after every rank has finished, rank 0
 renames it. A directory without the suffix is therefore complete, and a crash during a save
 leaves the previous checkpoint as the newest loadable one.
+
+Loading runs no code from the files (``training.safe_load``): a checkpoint is data. One that
+was published but cannot be loaded anyway (a disk that lost a shard, a file someone edited) is
+set aside as ``step_000120.corrupt`` by :func:`load_latest`, which resumes from the one before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import random
 import re
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,8 +42,27 @@ from torch.distributed.checkpoint.state_dict import (
 
 from training import distributed
 from training.distributed import Env
+from training.safe_load import dcp_load, load_weights_only
+
+log = logging.getLogger(__name__)
 
 STEP_DIR = re.compile(r"^step_(\d{6,})$")
+
+
+class WorldSizeMismatchError(ValueError):
+    """The checkpoint was written by another number of processes: a configuration mismatch,
+    not damage (the checkpoint is fine and is never set aside for it)."""
+
+
+class NoLoadableCheckpointError(RuntimeError):
+    """Checkpoints exist and none of them loads: never silently start over from step 0."""
+
+    def __init__(self, run_dir: str | Path, failures: list[tuple[Path, str]], consequence: str):
+        listing = "\n".join(f"  {path.name}: {reason}" for path, reason in failures)
+        super().__init__(
+            f"{run_dir}: none of its {len(failures)} checkpoints can be loaded; {consequence}. "
+            f"Why each failed:\n{listing}"
+        )
 
 
 def step_dir_name(step: int) -> str:
@@ -77,10 +103,19 @@ def _flush_to_disk(f) -> None:
 
 
 def rng_state() -> dict:
+    """Every RNG's state as tensors and plain python values, so that the rank file loads with
+    ``torch.load(weights_only=True)`` (numpy's own state holds an ndarray, which does not)."""
+    bit_generator, key, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
     state = {
         "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "python": random.getstate(),  # (version, tuple of 625 ints, gauss_next): plain already
+        "numpy": {
+            "bit_generator": str(bit_generator),
+            "key": torch.from_numpy(key.astype(np.int64)),  # uint32 words, widened losslessly
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
@@ -90,7 +125,9 @@ def rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    n = state["numpy"]
+    key = n["key"].numpy().astype(np.uint32)
+    np.random.set_state((n["bit_generator"], key, n["pos"], n["has_gauss"], n["cached_gaussian"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
 
@@ -140,33 +177,156 @@ def save(
     return final
 
 
-def load(path: Path, model, optimizer, env: Env) -> tuple[dict, dict]:
-    """Restore model, optimizer and RNG in place; return (trainer state, data state)."""
+class OtherRankFailedError(RuntimeError):
+    """Raised on the ranks that loaded their part fine when another rank did not, so that every
+    rank takes the same decision; ``damage`` says which (see :func:`is_damage`)."""
+
+    def __init__(self, message: str, damage: bool) -> None:
+        super().__init__(message)
+        self.damage = damage
+
+
+def is_damage(error: Exception) -> bool:
+    """Whether a failed load means the checkpoint's files are bad (so the previous checkpoint
+    may do), rather than this run's setup or machine (where every checkpoint fails alike)."""
+    if isinstance(error, OtherRankFailedError):
+        return error.damage
+    return not isinstance(error, (WorldSizeMismatchError, MemoryError, torch.OutOfMemoryError))
+
+
+def _on_every_rank(env: Env, stage: Callable[[], Any]) -> Any:
+    """Run one stage of a load on every rank; when it fails anywhere, it raises everywhere."""
+    try:
+        result, error = stage(), None
+    except Exception as failure:
+        result, error = None, failure
+    outcome = 0 if error is None else 1 if is_damage(error) else 2
+    outcomes = [0.0] * env.world_size
+    outcomes[env.rank] = outcome
+    outcomes = distributed.all_reduce_sum(outcomes, env.device)
+    worst = max(outcomes)
+    if worst == 0:
+        return result
+    if error is not None and outcome == worst:
+        raise error
+    ranks = ", ".join(str(rank) for rank, o in enumerate(outcomes) if o == worst)
+    raise OtherRankFailedError(f"rank {ranks} could not load its part (see its log)", worst == 1)
+
+
+def _mismatch(path: Path, written_by: int, env: Env) -> WorldSizeMismatchError:
+    return WorldSizeMismatchError(
+        f"{path} was written by {written_by} processes and this run has {env.world_size}: the "
+        "data pipeline cannot resume exactly; use the same world size"
+    )
+
+
+def _rank_state(path: Path, env: Env) -> dict:
+    """This rank's data and RNG state, once sure the checkpoint is for this many processes."""
     rank_file = path / f"rank_{env.rank:05d}.pt"
     if not rank_file.is_file():
-        written = len(list(path.glob("rank_*.pt")))
-        raise ValueError(
-            f"{path} has no state for rank {env.rank} ({written} rank files): if it was written "
-            "by another number of processes, resume with that number; otherwise the checkpoint "
-            "is damaged and the previous one in the same directory can be used by deleting it"
+        written = sorted(path.glob("rank_*.pt"))
+        written_by = None
+        for other in written:  # any readable rank file knows how many processes wrote it
+            with contextlib.suppress(Exception):
+                written_by = int(load_weights_only(other, other)["world_size"])
+                break
+        if written_by is not None and written_by != env.world_size:
+            raise _mismatch(path, written_by, env)
+        raise FileNotFoundError(
+            f"{path} has no state for rank {env.rank}: {rank_file.name} is missing (the "
+            f"checkpoint has {len(written)} rank files and was written by "
+            f"{written_by or 'an unknown number of'} processes)"
         )
-    extra = torch.load(rank_file, weights_only=False)
+    extra = load_weights_only(rank_file, rank_file)
     if extra["world_size"] != env.world_size:
-        raise ValueError(
-            f"{path} was written by {extra['world_size']} processes and this run has "
-            f"{env.world_size}: the data pipeline cannot resume exactly; use the same world size"
-        )
+        raise _mismatch(path, extra["world_size"], env)
+    return extra
+
+
+def load(path: Path, model, optimizer, env: Env) -> tuple[dict, dict]:
+    """Restore model, optimizer and RNG in place from the checkpoint ``path``; return
+    (trainer state, data state).
+
+    Every rank calls it, and when any rank fails every rank raises (see :func:`is_damage` for
+    what the error means). Nothing in the files runs code (``training.safe_load``). A failure
+    may leave the model and optimizer partly overwritten; a later successful load overwrites
+    all of it: DCP's planner is strict, so every tensor and every param-group value of the
+    model and optimizer state dicts is read from the checkpoint.
+    """
+    extra = _on_every_rank(env, lambda: _rank_state(path, env))
+    trainer_state = _on_every_rank(env, lambda: json.loads((path / "trainer.json").read_text()))
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    with single_process_is_intended():
-        dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(
-        model,
-        optimizer,
-        model_state_dict=state["model"],
-        optim_state_dict=state["optim"],
-        options=StateDictOptions(strict=True),
-    )
-    set_rng_state(extra["rng"])
-    trainer_state = json.loads((path / "trainer.json").read_text())
+
+    def read_shards() -> None:
+        with single_process_is_intended():
+            dcp_load(state, path)
+
+    def restore() -> None:
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optim"],
+            options=StateDictOptions(strict=True),
+        )
+        set_rng_state(extra["rng"])
+
+    _on_every_rank(env, read_shards)
+    _on_every_rank(env, restore)
     return trainer_state, extra["data"]
+
+
+def set_aside(path: Path, env: Env) -> Path:
+    """Rename a checkpoint that does not load ``step_N.corrupt`` (rank 0, after every rank
+    agreed): it no longer counts as published and stays on disk for a post-mortem."""
+    target = path.with_name(f"{path.name}.corrupt")
+    if env.is_main:
+        n = 1
+        while target.exists():  # the same step went bad before
+            n += 1
+            target = path.with_name(f"{path.name}.corrupt.{n}")
+        try:
+            path.rename(target)
+            log.warning("renamed %s to %s", path, target.name)
+        except OSError as error:  # a read-only file system: the next resume tries it again
+            log.error("could not rename %s to %s: %s", path, target.name, error)
+    distributed.barrier()
+    return target
+
+
+def load_latest(run_dir: str | Path, model, optimizer, env: Env) -> tuple[Path, dict, dict] | None:
+    """Resume from the newest checkpoint that loads: what ``Trainer._resume`` calls.
+
+    Tries the published checkpoints newest first (:func:`load`: model, optimizer and RNG in
+    place; every rank takes the same decision). One that does not load on some rank (a
+    truncated shard, a missing rank file, unreadable or refused metadata...) is logged with the
+    reason and the one before it is tried; whatever the failed attempt wrote into the model and
+    optimizer, the next load overwrites. Once one loads, those that did not are renamed
+    ``step_N.corrupt`` (:func:`set_aside`), so the next resume does not try them again.
+
+    Returns (checkpoint path, trainer state, data state), or None when the run has no
+    checkpoint (a fresh start). Never a silent restart from step 0: when checkpoints exist and
+    none loads, it raises :class:`NoLoadableCheckpointError` listing each and why, and renames
+    nothing (a requeued job then fails the same way instead of finding no checkpoint). Errors
+    that are not damage (:func:`is_damage`: another world size, out of memory) propagate at
+    once.
+    """
+    failures: list[tuple[Path, str]] = []
+    for path in reversed(complete_checkpoints(run_dir)):
+        try:
+            trainer_state, data_state = load(path, model, optimizer, env)
+        except Exception as error:
+            if not is_damage(error):
+                raise
+            reason = f"{type(error).__name__}: {error}"
+            if env.is_main or not isinstance(error, OtherRankFailedError):
+                log.warning("%s cannot be loaded: %s", path, reason)
+            failures.append((path, reason))
+            continue
+        for damaged, _ in failures:
+            set_aside(damaged, env)
+        return path, trainer_state, data_state
+    if failures:
+        raise NoLoadableCheckpointError(run_dir, failures, "refusing to start over from step 0")
+    return None

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
-import torch.distributed.checkpoint as dcp
 from omegaconf import OmegaConf
 
 from data import load_tokenizer
 from model import Llama
-from training.checkpoint import complete_checkpoints, single_process_is_intended, step_of
+from training.checkpoint import (
+    NoLoadableCheckpointError,
+    complete_checkpoints,
+    is_damage,
+    single_process_is_intended,
+    step_of,
+)
 from training.config import ExperimentConfig, to_experiment
+from training.safe_load import dcp_load
+
+log = logging.getLogger(__name__)
+
+
+# keys renamed since runs were written: (section, old name, new name)
+RENAMED_KEYS = [("data", "document_ids", "document_mask")]
 
 
 def run_config(run_dir: str | Path) -> ExperimentConfig:
@@ -19,11 +32,21 @@ def run_config(run_dir: str | Path) -> ExperimentConfig:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory: no config.yaml")
+    saved = OmegaConf.load(path)
+    for section, old, new in RENAMED_KEYS:
+        node = saved.get(section)
+        if node is not None and old in node:
+            node[new] = node.pop(old)
     schema = OmegaConf.structured(ExperimentConfig)
-    return to_experiment(OmegaConf.merge(schema, OmegaConf.load(path)))
+    return to_experiment(OmegaConf.merge(schema, saved))
 
 
 def checkpoint_path(run_dir: str | Path, step: int | None = None) -> Path:
+    """The published checkpoint at ``step``, or the newest one.
+
+    A lookup only: whether it loads is known by loading it, so the fallback to an older
+    checkpoint when the newest is damaged lives in :func:`load_trained_model`.
+    """
     found = complete_checkpoints(run_dir)
     if not found:
         raise FileNotFoundError(f"{run_dir} has no complete checkpoint")
@@ -39,16 +62,38 @@ def checkpoint_path(run_dir: str | Path, step: int | None = None) -> Path:
 def load_trained_model(
     run_dir: str | Path, step: int | None = None, device: str | torch.device = "cpu"
 ) -> tuple[Llama, ExperimentConfig, int]:
-    """The run's model with a checkpoint's weights (the newest unless ``step``), unwrapped.
+    """The run's model with a checkpoint's weights, unwrapped, and the checkpoint's step.
 
-    Works in a single process for checkpoints written by any world size (DCP reshards).
+    With ``step``, that checkpoint or an error. Without, the newest checkpoint that loads: one
+    that does not (a truncated shard, bad metadata) is skipped with a warning and the one
+    before it is used. Unlike the trainer's resume, evaluation and export never rename it:
+    they only read the run directory, possibly while the run is still training; the trainer
+    sets it aside as ``.corrupt`` on its next resume. Nothing in the files runs code
+    (``training.safe_load``). Works in a single process for checkpoints written by any world
+    size (DCP reshards).
     """
     config = run_config(run_dir)
-    path = checkpoint_path(run_dir, step)
     vocab = load_tokenizer(config.data.tokenizer).vocab_size
-    model = Llama(config.model.with_vocab_from_tokenizer(vocab))
-    state = {"model": model.state_dict()}
-    with single_process_is_intended():
-        dcp.load(state, checkpoint_id=str(path))
-    model.load_state_dict(state["model"])
-    return model.to(device).eval(), config, step_of(path)
+    if step is not None:
+        candidates = [checkpoint_path(run_dir, step)]
+    else:
+        candidates = list(reversed(complete_checkpoints(run_dir)))
+        if not candidates:
+            raise FileNotFoundError(f"{run_dir} has no complete checkpoint")
+    failures: list[tuple[Path, str]] = []
+    for path in candidates:
+        model = Llama(config.model.with_vocab_from_tokenizer(vocab))
+        state = {"model": model.state_dict()}
+        try:
+            with single_process_is_intended():
+                dcp_load(state, path)
+            model.load_state_dict(state["model"])
+        except Exception as error:
+            if step is not None or not is_damage(error):
+                raise
+            reason = f"{type(error).__name__}: {error}"
+            log.warning("skipping %s, which cannot be loaded: %s", path, reason)
+            failures.append((path, reason))
+            continue
+        return model.to(device).eval(), config, step_of(path)
+    raise NoLoadableCheckpointError(run_dir, failures, "there is no model to load")

@@ -1,0 +1,210 @@
+"""A published checkpoint that does not load is set aside, and the one before it resumes the run.
+
+Each test saves checkpoints at steps 2 and 4 of a tiny model, damages step 4 the way a disk or a
+person might, and resumes with ``checkpoint.load_latest`` (what the trainer's resume calls).
+"""
+
+import json
+import logging
+import os
+import pickle
+import shlex
+
+import pytest
+import torch
+
+from model import Llama, ModelConfig
+from training import checkpoint
+from training.distributed import Env
+
+ENV = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+
+
+def tiny_model_and_optimizer():
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=128, dim=32, n_layers=2, n_heads=2, gated_hidden=64, max_seq_len=32
+    )
+    model = Llama(config)
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(
+        [{"params": params[:4], "weight_decay": 0.1}, {"params": params[4:], "weight_decay": 0.0}],
+        lr=1e-3,
+    )
+    return model, optimizer
+
+
+def train_a_step(model, optimizer) -> None:
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer.step()
+
+
+def save_steps_2_and_4(run_dir, env: Env = ENV) -> None:
+    model, optimizer = tiny_model_and_optimizer()
+    for step in (2, 4):
+        train_a_step(model, optimizer)
+        train_a_step(model, optimizer)
+        data = {"batches": step}
+        checkpoint.save(run_dir, step, model, optimizer, {"step": step}, data, "", env, keep=3)
+
+
+class Payload:
+    def __init__(self, marker) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.system, (f"touch {shlex.quote(self.marker)}",)
+
+
+def truncate_a_shard(path) -> None:
+    shard = path / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+
+
+def delete_the_rank_file(path) -> None:
+    (path / "rank_00000.pt").unlink()
+
+
+def garble_the_metadata(path) -> None:
+    metadata = path / ".metadata"
+    metadata.write_bytes(metadata.read_bytes()[:200])
+
+
+def plant_code_in_the_metadata(path) -> None:
+    (path / ".metadata").write_bytes(pickle.dumps(Payload(path.parent.parent / "marker")))
+
+
+def names(run_dir) -> list[str]:
+    return sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [truncate_a_shard, delete_the_rank_file, garble_the_metadata, plant_code_in_the_metadata],
+)
+def test_a_damaged_newest_checkpoint_resumes_from_the_previous_one(tmp_path, damage, caplog):
+    save_steps_2_and_4(tmp_path)
+    damage(tmp_path / "checkpoints" / "step_000004")
+    model, optimizer = tiny_model_and_optimizer()
+    with caplog.at_level(logging.WARNING, logger="training.checkpoint"):
+        path, trainer_state, data_state = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    assert path.name == "step_000002"
+    assert trainer_state["step"] == 2 and data_state == {"batches": 2}
+    assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
+    assert "step_000004 cannot be loaded" in caplog.text
+    assert not (tmp_path / "marker").exists()
+
+
+def test_whatever_a_failed_load_wrote_the_previous_checkpoint_overwrites(tmp_path):
+    save_steps_2_and_4(tmp_path)
+    truncate_a_shard(tmp_path / "checkpoints" / "step_000004")
+    model, optimizer = tiny_model_and_optimizer()
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(RuntimeError):
+        checkpoint.load(tmp_path / "checkpoints" / "step_000004", model, optimizer, ENV)
+    changed = [not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True)]
+    assert any(changed), "the damaged load should have written part of the model"
+
+    checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    reference, reference_optimizer = tiny_model_and_optimizer()
+    checkpoint.load(tmp_path / "checkpoints" / "step_000002", reference, reference_optimizer, ENV)
+    for name, tensor in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    ours, theirs = optimizer.state_dict(), reference_optimizer.state_dict()
+    assert ours["param_groups"] == theirs["param_groups"]
+    assert ours["state"].keys() == theirs["state"].keys()
+    for index, state in theirs["state"].items():
+        for key, value in state.items():
+            assert torch.equal(ours["state"][index][key], value), (index, key)
+
+
+def test_when_no_checkpoint_loads_it_says_why_for_each_and_renames_none(tmp_path):
+    save_steps_2_and_4(tmp_path)
+    truncate_a_shard(tmp_path / "checkpoints" / "step_000004")
+    delete_the_rank_file(tmp_path / "checkpoints" / "step_000002")
+    model, optimizer = tiny_model_and_optimizer()
+    with pytest.raises(checkpoint.NoLoadableCheckpointError) as error:
+        checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    message = str(error.value)
+    assert "none of its 2 checkpoints can be loaded; refusing to start over from step 0" in message
+    assert "step_000004: RuntimeError: PytorchStreamReader" in message
+    assert "step_000002: FileNotFoundError:" in message and "rank_00000.pt is missing" in message
+    # a requeued job must fail the same way, not find no checkpoint and start from step 0
+    assert names(tmp_path) == ["step_000002", "step_000004"]
+
+
+def test_a_run_without_checkpoints_starts_fresh(tmp_path):
+    model, optimizer = tiny_model_and_optimizer()
+    assert checkpoint.load_latest(tmp_path, model, optimizer, ENV) is None
+
+
+def test_another_world_size_is_refused_and_not_taken_for_damage(tmp_path):
+    """A mismatch, not damage: the checkpoints are fine and stay published."""
+    save_steps_2_and_4(tmp_path)
+    for path in checkpoint.complete_checkpoints(tmp_path):  # as if 2 processes had written it
+        extra = torch.load(path / "rank_00000.pt", weights_only=True)
+        for rank in (0, 1):
+            torch.save({**extra, "world_size": 2}, path / f"rank_{rank:05d}.pt")
+    model, optimizer = tiny_model_and_optimizer()
+    with pytest.raises(checkpoint.WorldSizeMismatchError, match="2 processes and this run has 1"):
+        checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    for path in checkpoint.complete_checkpoints(tmp_path):
+        (path / "rank_00000.pt").unlink()
+    # rank 0's file is missing, and rank 1's says that 2 processes wrote the checkpoint
+    with pytest.raises(checkpoint.WorldSizeMismatchError, match="2 processes and this run has 1"):
+        checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    assert names(tmp_path) == ["step_000002", "step_000004"]
+
+
+def two_ranks_resume(rank: int, run_dir: str) -> None:
+    """One of two gloo processes: save, lose rank 1's file of step 4, resume."""
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{run_dir}/rendezvous", rank=rank, world_size=2
+    )
+    env = Env(rank=rank, world_size=2, local_rank=0, device=torch.device("cpu"))
+    save_steps_2_and_4(Path(run_dir), env)
+    if rank == 0:
+        (Path(run_dir) / "checkpoints" / "step_000004" / "rank_00001.pt").unlink()
+    dist.barrier()
+    model, optimizer = tiny_model_and_optimizer()
+    path, trainer_state, data_state = checkpoint.load_latest(run_dir, model, optimizer, env)
+    result = {"path": path.name, "step": trainer_state["step"], "data": data_state}
+    (Path(run_dir) / f"result_{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_every_rank_falls_back_when_one_rank_lost_its_file(tmp_path):
+    torch.multiprocessing.spawn(two_ranks_resume, args=(str(tmp_path),), nprocs=2)
+    for rank in (0, 1):
+        result = json.loads((tmp_path / f"result_{rank}.json").read_text())
+        assert result == {"path": "step_000002", "step": 2, "data": {"batches": 2}}
+    assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
+
+
+def test_evaluation_skips_a_damaged_newest_checkpoint_and_leaves_it_in_place(tmp_path, caplog):
+    from data import load_tokenizer
+    from train_helpers import compose, tiny_overrides
+    from training.runs import load_trained_model
+
+    config, config_yaml = compose(tiny_overrides(tmp_path / "corpus", tmp_path))
+    (tmp_path / "config.yaml").write_text(config_yaml)
+    vocab = load_tokenizer(config.data.tokenizer).vocab_size
+    model = Llama(config.model.with_vocab_from_tokenizer(vocab))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in (2, 4):
+        checkpoint.save(tmp_path, step, model, optimizer, {"step": step}, {}, config_yaml, ENV, 3)
+    plant_code_in_the_metadata(tmp_path / "checkpoints" / "step_000004")
+
+    with caplog.at_level(logging.WARNING, logger="training.runs"):
+        _, _, step = load_trained_model(tmp_path)
+    assert step == 2 and "skipping" in caplog.text and "step_000004" in caplog.text
+    assert names(tmp_path) == ["step_000002", "step_000004"]  # eval only reads
+    with pytest.raises(pickle.UnpicklingError, match="refusing to unpickle"):
+        load_trained_model(tmp_path, step=4)
+    assert not (tmp_path / "marker").exists()
