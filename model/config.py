@@ -63,22 +63,13 @@ class ModelConfig:
     loss_chunk_tokens: int = 1024
 
     def __post_init__(self) -> None:
-        if self.dim % self.n_heads:
+        # value ranges are checked with every other knob's (training.config.BOUNDS)
+        if self.n_heads <= 0 or self.dim % self.n_heads:
             raise ValueError(
                 f"model.dim={self.dim} is not divisible by model.n_heads={self.n_heads}"
             )
         if self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head dimension, got {self.head_dim}")
-        for name in (
-            "dim",
-            "n_layers",
-            "n_heads",
-            "gated_hidden",
-            "max_seq_len",
-            "loss_chunk_tokens",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"model.{name} must be positive, got {getattr(self, name)}")
         is_gated(self.activation)  # raises with the list of valid names
 
     @property

@@ -23,65 +23,74 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from eval.paper import EFFICIENCY_TABLE
 from model.presets import available_presets
-from scripts.tables import markdown, write_csv
+from scripts.common import markdown, write_csv
+from training.parallelize import CHECKPOINTING, COMPILE_SCOPES
 
 BASELINE = "relu2"
 
 
 def measure(activation: str, args: argparse.Namespace) -> dict:
-    """One activation's row, measured in this (fresh) process."""
-    from model import Llama
+    """One activation's row, measured in this (fresh) process, through the trainer's code."""
+    from model import Llama, training_flops_per_token
     from model.presets import load_preset
-    from scripts.bench_activations import saved_bytes
-    from scripts.timing import median_ms
+    from scripts.common import median_ms, saved_bytes
     from training.config import OptimConfig
-    from training.loop import autocast_factory
+    from training.distributed import Env
+    from training.metrics import device_peak_flops
     from training.optim import build_optimizer
+    from training.parallelize import ParallelPlan, apply_compile, parallelize
 
     device = torch.device(args.device)
     torch.manual_seed(0)
     config = load_preset(args.preset, activation=activation, **model_overrides(args))
-    model = Llama(config).to(device)
-    optimizer = build_optimizer(model, OptimConfig(), device)
-    tokens = torch.randint(0, config.vocab_size, (args.batch, args.seq + 1), device=device)
-    autocast = autocast_factory(args.bf16, device)
-
-    def forward() -> torch.Tensor:
-        with autocast():
-            return model(tokens[:, :-1], tokens[:, 1:])
-
-    def iteration() -> None:
-        forward().backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    for block in model.layers:
-        block.checkpointed = args.checkpointing
-    saved = saved_bytes(forward)
-    if args.compile:
-        for block in model.layers:
-            block.compile()
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(device)
-    ms = median_ms(iteration, device, args.warmup, args.repeats)
-    peak = torch.cuda.max_memory_allocated(device) if cuda else None
-    total = torch.cuda.get_device_properties(device).total_memory if cuda else None
-    return {
+    row = {
         "activation": activation,
         "mlp_hidden": config.hidden,
-        "parameters_m": sum(p.numel() for p in model.parameters()) / 1e6,
+        "batch": args.batch,
+        "checkpointing": args.checkpointing,
+    }
+    plan = ParallelPlan(bf16=args.bf16, checkpointing=args.checkpointing)  # compiled below
+    cuda = device.type == "cuda"
+    try:
+        model = Llama(config).to(device)
+        row["parameters_m"] = sum(p.numel() for p in model.parameters()) / 1e6
+        training = parallelize(model, Env(0, 1, 0, device), plan)
+        optimizer = build_optimizer(model, OptimConfig(), device)
+        tokens = torch.randint(0, config.vocab_size, (args.batch, args.seq + 1), device=device)
+
+        def forward() -> torch.Tensor:
+            with training.autocast():
+                return training(tokens[:, :-1], tokens[:, 1:])
+
+        def iteration() -> None:
+            forward().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        saved = saved_bytes(forward)  # measured eager: compile changes what autograd sees
+        apply_compile(model, args.compile)  # what parallelize does for trainer.compile
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+        ms = median_ms(iteration, device, args.warmup, args.repeats)
+    except torch.OutOfMemoryError:
+        return {**row, "oom": True}
+    peak = torch.cuda.max_memory_allocated(device) if cuda else None
+    total = torch.cuda.get_device_properties(device).total_memory if cuda else None
+    tokens_per_s = args.batch * args.seq / (ms / 1e3)
+    peak_flops = device_peak_flops(device)
+    flops_per_token = training_flops_per_token(config, args.seq)
+    return {
+        **row,
+        "oom": False,
         "ms_per_iteration": ms,
-        "tokens_per_s": args.batch * args.seq / (ms / 1e3),
+        "tokens_per_s": tokens_per_s,
+        "mfu": tokens_per_s * flops_per_token / peak_flops if peak_flops else None,
         "saved_gib": saved / 2**30,
         "peak_gib": peak / 2**30 if cuda else None,
         "peak_percent": 100 * peak / total if cuda else None,
@@ -106,10 +115,11 @@ def measure_in_fresh_process(activation: str, args: argparse.Namespace) -> dict:
 
 def table(rows: list[dict]) -> list[str]:
     paper = {row.activation: row for row in EFFICIENCY_TABLE}
-    ours_base = next(r["ms_per_iteration"] for r in rows if r["activation"] == BASELINE)
+    measured = [r for r in rows if not r["oom"]]
+    base = next((r for r in measured if r["activation"] == BASELINE), None)
     paper_base = paper[BASELINE].ms_per_iteration
     body = []
-    for r in sorted(rows, key=lambda r: -r["ms_per_iteration"]):
+    for r in sorted(measured, key=lambda r: -r["ms_per_iteration"]):
         ref = paper.get(r["activation"])
         peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.2f} ({r['peak_percent']:.0f}%)"
         body.append(
@@ -120,12 +130,22 @@ def table(rows: list[dict]) -> list[str]:
                 f"{r['saved_gib']:.3f}",
                 peak,
                 f"{r['ms_per_iteration']:.1f}",
-                f"{r['ms_per_iteration'] / ours_base:.3f}",
+                f"{r['ms_per_iteration'] / base['ms_per_iteration']:.3f}" if base else "-",
                 f"{r['tokens_per_s']:.0f}",
+                "-" if r["mfu"] is None else f"{r['mfu']:.1%}",
                 f"{ref.ms_per_iteration:.0f}" if ref else "-",
                 f"{ref.ms_per_iteration / paper_base:.3f}" if ref else "-",
             ]
         )
+    for r in rows:
+        if r["oom"]:
+            hint = (
+                "try --checkpointing" if r["checkpointing"] == "none" else "try a smaller --batch"
+            )
+            body.append(
+                [r["activation"], str(r["mlp_hidden"]), f"OOM at batch {r['batch']}: {hint}"]
+            )
+            body[-1] += ["-"] * (11 - len(body[-1]))
     header = [
         "activation",
         "MLP hidden",
@@ -135,6 +155,7 @@ def table(rows: list[dict]) -> list[str]:
         "ms/iter",
         f"x {BASELINE}",
         "tokens/s",
+        "MFU",
         "paper ms/iter",
         f"paper x {BASELINE}",
     ]
@@ -153,8 +174,22 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast, as the trainer")
-    parser.add_argument("--compile", action="store_true", help="torch.compile every block")
-    parser.add_argument("--checkpointing", action="store_true", help="recompute every block")
+    parser.add_argument(
+        "--compile",
+        nargs="?",
+        const="blocks",
+        default="none",
+        choices=COMPILE_SCOPES,
+        help="torch.compile each block (bare flag) or the whole model (--compile model)",
+    )
+    parser.add_argument(
+        "--checkpointing",
+        nargs="?",
+        const="full",
+        default="none",
+        choices=CHECKPOINTING,
+        help="activation checkpointing: full (bare flag) or selective",
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument(
@@ -170,14 +205,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(
         f"{args.preset}: batch {args.batch} x {args.seq} tokens on {args.device}, "
         f"{'bf16 autocast' if args.bf16 else 'fp32'}, "
-        f"{'compiled' if args.compile else 'eager'} blocks"
-        f"{', activation checkpointing' if args.checkpointing else ''}; "
+        f"compile: {args.compile}, activation checkpointing: {args.checkpointing}; "
         f"median of {args.repeats} iterations (forward+loss+backward+AdamW)\n"
     )
     rows = []
     for activation in args.activations:
         rows.append(measure_in_fresh_process(activation, args))
-        print(f"  {activation}: {rows[-1]['ms_per_iteration']:.1f} ms", flush=True)
+        ms = "out of memory" if rows[-1]["oom"] else f"{rows[-1]['ms_per_iteration']:.1f} ms"
+        print(f"  {activation}: {ms}", flush=True)
     print()
     print("\n".join(table(rows)))
     if args.csv:

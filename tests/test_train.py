@@ -1,5 +1,6 @@
 """train.py end to end on CPU: configs, loss, resume, preemption, crashes, NaNs, logging."""
 
+import json
 import math
 import os
 import signal
@@ -250,3 +251,23 @@ def test_python_train_py_with_the_quickstart_defaults_learns(tmp_path):
     assert loss[30] < loss[10] - 1.0 and loss[10] < 11.0  # ln(131072) = 11.8 at the start
     assert (tmp_path / "checkpoints" / "step_000030").is_dir()
     assert list(tmp_path.glob("wandb/offline-run-*"))
+
+
+def test_bad_records_are_counted_once_in_the_metrics(tmp_path):
+    """Three broken lines right after the held-out documents: 3 in the logged counters."""
+    from data_fixtures import real_documents
+
+    docs = real_documents()
+    lines = [json.dumps({"text": d}) for d in docs[:8]]
+    lines += ["{not json", json.dumps({"text": 7}), json.dumps(["a list"])]
+    lines += [json.dumps({"text": d}) for d in docs[8:200]]
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "docs.jsonl").write_text("\n".join(lines) + "\n")
+    run_dir = tmp_path / "run"
+    overrides = tiny_overrides(tmp_path / "corpus", run_dir, **{"trainer.steps": 6})
+    overrides = [o for o in overrides if not o.startswith("data.paths=")]
+    overrides.append(f"data.paths=[{tmp_path / 'corpus'}/*.jsonl]")
+    assert run_in_process(overrides) == 0
+    last = [m for m in metrics(run_dir) if "loss" in m][-1]
+    assert last["data/bad_records"] == 3
+    assert last["data/documents"] > 0 and last["data/tokens"] > 0

@@ -44,7 +44,9 @@ class OptimConfig:
 class ScheduleConfig:
     """Attributes:
     name: ``wsd`` (warmup-stable-decay, the paper's main runs) or ``cosine`` (its ablations).
-    warmup_steps: linear warmup from 0 to the peak.
+    warmup_steps: linear warmup: step k (0-based) runs at ``lr * (k + 1) / warmup_steps``, so
+        the first step takes ``lr / warmup_steps`` (none at 0) and step ``warmup_steps - 1``
+        the peak (``training/schedule.py``).
     decay_steps: ``wsd``: length of the cooldown at the end of the run (paper: 14500 of
         70000); ``cosine``: ignored (it decays over all steps after warmup).
     decay_shape: ``wsd`` cooldown: ``1-sqrt`` (paper), ``linear`` or ``cosine``.
@@ -67,8 +69,14 @@ class TrainerConfig:
     micro_batch: sequences per rank per forward/backward.
     parallelism: ``ddp`` or ``fsdp`` (FSDP2 ``fully_shard`` per block, then the root).
     precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``bf16`` or ``fp32``.
-    compile: ``torch.compile`` each block.
-    activation_checkpointing: recompute each block in backward.
+    compile: ``none``, ``blocks`` (``torch.compile`` each block) or ``model`` (the whole
+        model as one graph); ``true``/``false`` mean ``blocks``/``none``.
+    activation_checkpointing: ``none``, ``full`` (recompute each block in backward) or
+        ``selective`` (keep matmul and attention outputs, recompute the pointwise work);
+        ``true``/``false`` mean ``full``/``none``.
+    fsdp_reshard_after_forward: FSDP2: free each block's gathered weights after its forward
+        (least memory) or keep them until its backward (one all-gather less per block).
+    See ``training/parallelize.py`` for how these are applied.
     seed: model initialisation and everything else random.
     run_dir: where checkpoints, metrics.jsonl and the resolved config go.
     checkpoint_every: steps between checkpoints (and one at the end); 0: only at the end.
@@ -89,8 +97,9 @@ class TrainerConfig:
     micro_batch: int = 8
     parallelism: str = "ddp"
     precision: str = "auto"
-    compile: bool = False
-    activation_checkpointing: bool = False
+    compile: str = "none"
+    activation_checkpointing: str = "none"
+    fsdp_reshard_after_forward: bool = True
     seed: int = 0
     run_dir: str = "runs/${now:%Y-%m-%d_%H-%M-%S}"
     checkpoint_every: int = 50
@@ -101,6 +110,13 @@ class TrainerConfig:
     max_bad_steps: int = 5
     debug_nan_steps: list[int] = field(default_factory=list)
     debug_crash_in_checkpoint_at: int = -1
+
+    def __post_init__(self) -> None:
+        # true/false, as these keys took when they were switches (OmegaConf passes "True")
+        self.compile = {"True": "blocks", "False": "none"}.get(str(self.compile), self.compile)
+        self.activation_checkpointing = {"True": "full", "False": "none"}.get(
+            str(self.activation_checkpointing), self.activation_checkpointing
+        )
 
 
 @dataclass
@@ -137,9 +153,36 @@ class ExperimentConfig:
 CHOICES = {
     "trainer.parallelism": ("ddp", "fsdp"),
     "trainer.precision": ("auto", "bf16", "fp32"),
+    "trainer.compile": ("none", "blocks", "model"),
+    "trainer.activation_checkpointing": ("none", "full", "selective"),
     "schedule.name": ("wsd", "cosine"),
     "schedule.decay_shape": ("1-sqrt", "linear", "cosine"),
     "logging.wandb.mode": ("online", "offline", "disabled"),
+}
+
+
+# the smallest value of every integer knob: the one place such ranges are checked
+BOUNDS = {
+    "model.dim": 1,
+    "model.n_layers": 1,
+    "model.n_heads": 1,
+    "model.gated_hidden": 1,
+    "model.max_seq_len": 1,
+    "model.loss_chunk_tokens": 1,
+    "data.seq_len": 1,
+    "data.validation_documents": 0,
+    "data.num_workers": 0,
+    "trainer.steps": 1,
+    "trainer.global_batch": 1,
+    "trainer.micro_batch": 1,
+    "trainer.log_every": 1,
+    "trainer.keep_checkpoints": 1,
+    "trainer.checkpoint_every": 0,
+    "trainer.eval_every": 0,
+    "trainer.eval_batches": 0,
+    "trainer.max_bad_steps": 0,
+    "schedule.warmup_steps": 0,
+    "schedule.decay_steps": 0,
 }
 
 
@@ -158,26 +201,11 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
     for key, allowed in CHOICES.items():
         if _get(config, key) not in allowed:
             raise ValueError(f"{key}={_get(config, key)!r} is not one of {', '.join(allowed)}")
+    for key, minimum in BOUNDS.items():
+        if _get(config, key) < minimum:
+            rule = "positive" if minimum == 1 else f">= {minimum}"
+            raise ValueError(f"{key} must be {rule}, got {_get(config, key)}")
     t, s, o = config.trainer, config.schedule, config.optim
-    for key in (
-        "trainer.steps",
-        "trainer.global_batch",
-        "trainer.micro_batch",
-        "trainer.log_every",
-        "trainer.keep_checkpoints",
-    ):
-        if _get(config, key) <= 0:
-            raise ValueError(f"{key} must be positive, got {_get(config, key)}")
-    for key in (
-        "trainer.checkpoint_every",
-        "trainer.eval_every",
-        "trainer.eval_batches",
-        "schedule.warmup_steps",
-        "schedule.decay_steps",
-        "trainer.max_bad_steps",
-    ):
-        if _get(config, key) < 0:
-            raise ValueError(f"{key} must be >= 0, got {_get(config, key)}")
     if t.global_batch_tokens is not None:
         if t.global_batch_tokens <= 0 or t.global_batch_tokens % config.data.seq_len:
             raise ValueError(

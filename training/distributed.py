@@ -1,7 +1,8 @@
-"""Everything that touches torch.distributed: process group, device, model wrapping.
+"""Everything that touches torch.distributed: process group, device, collectives.
 
-The model never calls torch.distributed; the trainer asks this module for rank, world size and
-the wrapped model. Single-process runs (no ``torchrun``) need no process group at all.
+The model never calls torch.distributed; the trainer asks this module for rank and world size,
+and ``training.parallelize`` for the wrapped model. Single-process runs (no ``torchrun``) need
+no process group at all.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 
 @dataclass(frozen=True)
@@ -98,29 +98,3 @@ def _all_reduce(values: list[float], device: torch.device, op: str) -> list[floa
 
 def any_rank(flag: bool, device: torch.device) -> bool:
     return all_reduce_sum([float(flag)], device)[0] > 0
-
-
-def wrap(model: nn.Module, env: Env, parallelism: str, bf16: bool) -> nn.Module:
-    """DDP, or FSDP2 (``fully_shard`` each block, then the root); unchanged single-process."""
-    if not env.distributed:
-        return model
-    if parallelism == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
-        ids = [env.local_rank] if env.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    mp = (
-        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        if bf16
-        else MixedPrecisionPolicy()
-    )
-    for block in model.layers:
-        fully_shard(block, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
-    return model
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    return model.module if hasattr(model, "module") and not hasattr(model, "layers") else model

@@ -6,20 +6,17 @@ over its global batch, the same number whatever the world size (see ``tests/test
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import itertools
 import logging
 import math
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager as ContextManager
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
 from data import build_loader, build_validation_loader, load_tokenizer
+from data import counters as data_counters
 from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint, distributed
 from training.config import ExperimentConfig, validate
@@ -30,6 +27,7 @@ from training.metrics import (
     peak_memory_gib,
 )
 from training.optim import build_optimizer
+from training.parallelize import parallelize, plan_from_config
 from training.preemption import EXIT_PREEMPTED, Preemption, requeue_or_exit_code
 from training.schedule import learning_rate
 from training.validation import validation_loss
@@ -44,40 +42,9 @@ class NonFiniteTrainingError(RuntimeError):
 
 
 def build_model(config: ExperimentConfig, vocab_size: int, device: torch.device) -> Llama:
+    """The bare model, seeded, on ``device``; ``training.parallelize`` makes it trainable."""
     torch.manual_seed(config.trainer.seed)
-    model_config = config.model.with_vocab_from_tokenizer(vocab_size)
-    model = Llama(model_config).to(device)
-    for block in model.layers:
-        block.checkpointed = config.trainer.activation_checkpointing
-        if config.trainer.compile:
-            block.compile()
-    return model
-
-
-def use_bf16(config: ExperimentConfig, device: torch.device) -> bool:
-    precision = config.trainer.precision
-    return precision == "bf16" or (precision == "auto" and device.type == "cuda")
-
-
-def autocast_factory(bf16: bool, device: torch.device) -> Callable[[], ContextManager]:
-    """The trainer's compute precision: fp32 weights, bf16 autocast when ``bf16``."""
-    if not bf16:
-        return contextlib.nullcontext
-    return functools.partial(torch.autocast, device.type, dtype=torch.bfloat16)
-
-
-def activation_read_out(model: torch.nn.Module, fsdp: bool) -> list[dict[str, float]]:
-    """Per-layer alphas; under FSDP2 each block is gathered first (its shards hold pieces)."""
-    inner = distributed.unwrap(model)
-    if not fsdp:
-        return inner.activation_scalars()
-    for block in inner.layers:
-        block.unshard()
-    try:
-        return inner.activation_scalars()
-    finally:
-        for block in inner.layers:
-            block.reshard()
+    return Llama(config.model.with_vocab_from_tokenizer(vocab_size)).to(device)
 
 
 class Trainer:
@@ -89,13 +56,11 @@ class Trainer:
         self.run_dir = Path(t.run_dir)
         self.accumulation = t.global_batch // (t.micro_batch * self.env.world_size)
         self.tokenizer = load_tokenizer(config.data.tokenizer)
-        self.bf16 = use_bf16(config, self.env.device)
-        self.autocast = autocast_factory(self.bf16, self.env.device)
         self.validation_batches: list[dict] | None = None
         model = build_model(config, self.tokenizer.vocab_size, self.env.device)
         self.model_config = model.config
-        self.model = distributed.wrap(model, self.env, t.parallelism, self.bf16)
-        self.optimizer = build_optimizer(self.model, config.optim, self.env.device)
+        self.model = parallelize(model, self.env, plan_from_config(t, self.env.device))
+        self.optimizer = build_optimizer(self.model.model, config.optim, self.env.device)
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
         self.step, self.tokens, self.skipped, self.bad_in_a_row = 0, 0, 0, 0
         self.preemption = Preemption()
@@ -158,13 +123,13 @@ class Trainer:
         for micro in range(self.accumulation):
             batch = {k: v.to(env.device, non_blocking=True) for k, v in next(data).items()}
             last = micro == self.accumulation - 1
-            with self._sync(last), self.autocast():
+            with self.model.gradient_sync(last), self.model.autocast():
                 loss = self.model(batch["inputs"], batch["targets"], batch.get("document_ids"))
                 if self.step in t.debug_nan_steps:  # fault injection for tests
                     loss = loss * float("nan")
             (loss / self.accumulation).backward()
             loss_sum += loss.detach().double()
-        grad_norm = self._clip()
+        grad_norm = self.model.clip_grad_norm_(self.config.optim.grad_clip or math.inf)
         loss_value = distributed.all_reduce_sum([loss_sum.item()], env.device)[0] / (
             self.accumulation * env.world_size
         )
@@ -193,24 +158,6 @@ class Trainer:
         self.tokens += t.global_batch * self.config.data.seq_len
         return {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
 
-    def _sync(self, last: bool):
-        """Gradient reduction only on the last micro-batch of an accumulation."""
-        if not self.env.distributed or last:
-            if self.config.trainer.parallelism == "fsdp" and self.env.distributed:
-                self.model.set_requires_gradient_sync(True)
-            return contextlib.nullcontext()
-        if self.config.trainer.parallelism == "ddp":
-            return self.model.no_sync()
-        self.model.set_requires_gradient_sync(False)
-        return contextlib.nullcontext()
-
-    def _clip(self) -> float:
-        clip = self.config.optim.grad_clip or float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
-        if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor
-            norm = norm.full_tensor()
-        return float(norm)
-
     # ----------------------------------------------------------------------------------------
     def _evaluate(self) -> None:
         t, env = self.config.trainer, self.env
@@ -222,7 +169,7 @@ class Trainer:
             self.validation_batches = list(itertools.islice(loader, t.eval_batches or None))
         batches = self.validation_batches
         shape = (t.micro_batch, self.config.data.seq_len)
-        result = validation_loss(self.model, batches, env.device, shape, self.autocast)
+        result = validation_loss(self.model, batches, env.device, shape, self.model.autocast)
         self.model.train()
         if env.is_main and result["tokens"]:
             self.logger.log(
@@ -230,8 +177,9 @@ class Trainer:
             )
 
     def _log(self, metrics: dict, step_time: float, eta: float) -> None:
-        fsdp = self.config.trainer.parallelism == "fsdp" and self.env.distributed
-        per_layer = activation_read_out(self.model, fsdp)
+        per_layer = self.model.activation_scalars()  # a collective under FSDP: every rank
+        data_counts = data_counters(self.loader.state_dict())  # this rank's streams
+        summed = distributed.all_reduce_sum(list(data_counts.values()), self.env.device)
         if not self.env.is_main:
             return
         t = self.config.trainer
@@ -247,6 +195,7 @@ class Trainer:
             "memory_gib": peak_memory_gib(self.env.device),
             "eta_s": eta,
             **alpha_scalars(per_layer),
+            **{f"data/{name}": int(n) for name, n in zip(data_counts, summed, strict=True)},
         }
         if self.peak:
             record["mfu"] = per_device * self.flops_per_token / self.peak
@@ -267,12 +216,7 @@ class Trainer:
 
     def _save(self) -> None:
         t = self.config.trainer
-        # each rank checks the shard it holds (FSDP) or its full copy (DDP)
-        local_bad = any(
-            not bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
-            for p in self.model.parameters()
-        )
-        if distributed.any_rank(local_bad, self.env.device):
+        if distributed.any_rank(not self.model.local_weights_finite(), self.env.device):
             raise NonFiniteTrainingError(
                 f"step {self.step}: the weights are not finite; refusing to overwrite good "
                 "checkpoints with them"
@@ -280,7 +224,7 @@ class Trainer:
         path = checkpoint.save(
             self.run_dir,
             self.step,
-            self.model,
+            self.model.module,
             self.optimizer,
             self._trainer_state(),
             self.loader.state_dict(),
@@ -293,15 +237,16 @@ class Trainer:
             log.info("saved %s", path)
 
     def _resume(self) -> None:
-        found = checkpoint.complete_checkpoints(self.run_dir)
-        if not found:
+        """The newest checkpoint that loads (a damaged one is set aside, never a silent restart)."""
+        found = checkpoint.load_latest(self.run_dir, self.model.module, self.optimizer, self.env)
+        if found is None:
             return
-        state, data_state = checkpoint.load(found[-1], self.model, self.optimizer, self.env)
+        path, state, data_state = found
         self.loader.load_state_dict(data_state)
         self.step, self.tokens = state["step"], state["tokens"]
         self.skipped, self.bad_in_a_row = state["skipped"], state["bad_in_a_row"]
         if self.env.is_main:
-            print(f"resumed from {found[-1]} at step {self.step}", flush=True)
+            log.info("resumed from %s at step %d", path, self.step)
 
     def _config_dict(self) -> dict:
         config = replace(self.config, model=self.model_config)
@@ -310,13 +255,12 @@ class Trainer:
     def _announce(self) -> None:
         params = count_parameters(self.model_config)
         c, env = self.config, self.env
-        print(
+        log.info(
             f"{c.name}: {c.model.activation}, {params.total / 1e6:.1f}M parameters "
             f"(vocab {self.model_config.vocab_size}), {env.world_size} x {env.device.type}, "
             f"{c.trainer.parallelism if env.distributed else 'single process'}, "
             f"global batch {c.trainer.global_batch} x {c.data.seq_len} tokens "
-            f"(accumulation {self.accumulation}), {c.trainer.steps} steps -> {self.run_dir}",
-            flush=True,
+            f"(accumulation {self.accumulation}), {c.trainer.steps} steps -> {self.run_dir}"
         )
 
 
@@ -327,7 +271,6 @@ def train(config: ExperimentConfig, config_yaml: str) -> int:
         return trainer.run()
     except NonFiniteTrainingError as error:
         log.error("%s", error)
-        print(f"error: {error}", flush=True)
         return EXIT_NON_FINITE
     finally:
         distributed.shutdown()

@@ -15,9 +15,8 @@ from collections.abc import Callable, Iterable
 import torch
 from tqdm import tqdm
 
+from data import IGNORE_INDEX
 from training import distributed
-
-IGNORE_INDEX = -100
 
 
 @torch.no_grad()

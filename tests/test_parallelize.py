@@ -1,0 +1,127 @@
+"""training.parallelize: activation checkpointing by wrapping, the plan read from the config.
+
+DDP and FSDP2 through the same function are exercised by ``tests/test_train_distributed.py``
+(losses equal to a single process).
+"""
+
+import pytest
+import torch
+
+from model import Llama, ModelConfig
+from training.config import TrainerConfig, validate
+from training.distributed import Env
+from training.parallelize import ParallelPlan, parallelize, plan_from_config
+
+CPU = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+
+
+def tiny_model(activation: str = "xielu") -> Llama:
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=128, dim=32, n_layers=2, n_heads=2, gated_hidden=64, max_seq_len=16,
+        activation=activation,
+    )  # fmt: skip
+    return Llama(config).double()
+
+
+def loss_and_grads(checkpointing: str, activation: str = "xielu"):
+    model = parallelize(tiny_model(activation), CPU, ParallelPlan(checkpointing=checkpointing))
+    tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(1))
+    loss = model(tokens[:, :-1], tokens[:, 1:])
+    loss.backward()
+    grads = {name: p.grad for name, p in model.model.state_dict(keep_vars=True).items()}
+    return loss.detach(), grads
+
+
+@pytest.mark.parametrize("activation", ["xielu", "swiglu"])
+@pytest.mark.parametrize("checkpointing", ["full", "selective"])
+def test_checkpointing_recomputes_exactly_the_gradients_autograd_keeps(checkpointing, activation):
+    loss, grads = loss_and_grads("none", activation)
+    recomputed_loss, recomputed = loss_and_grads(checkpointing, activation)
+    assert torch.equal(loss, recomputed_loss)
+    assert grads.keys() == recomputed.keys()
+    for name, grad in grads.items():
+        if grad is not None:
+            torch.testing.assert_close(recomputed[name], grad, rtol=1e-12, atol=1e-15)
+
+
+def test_checkpointing_wrappers_keep_the_models_state_dict_names():
+    plain = tiny_model()
+    wrapped = parallelize(tiny_model(), CPU, ParallelPlan(checkpointing="full")).model
+    assert list(wrapped.state_dict()) == list(plain.state_dict())
+    wrapped.load_state_dict(plain.state_dict())  # strict: a plain checkpoint loads as it is
+
+
+def saved_numbers(checkpointing: str) -> int:
+    """Numbers autograd keeps for backward in one forward (saved-tensor hooks)."""
+    model = parallelize(tiny_model(), CPU, ParallelPlan(checkpointing=checkpointing))
+    kept = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes() // t.element_size()
+        return t
+
+    tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(1))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(tokens[:, :-1], tokens[:, 1:])
+    return sum(kept.values())
+
+
+def backward_op_counts(checkpointing: str) -> dict[str, int]:
+    """How often backward runs matmuls and RMSNorm's rsqrt: recomputation shows up here."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    model = parallelize(tiny_model(), CPU, ParallelPlan(checkpointing=checkpointing))
+    tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(1))
+    loss = model(tokens[:, :-1], tokens[:, 1:])
+    with Count() as count:
+        loss.backward()
+    return {"matmuls": count.ops["mm"] + count.ops["bmm"], "rsqrt": count.ops["rsqrt"]}
+
+
+def test_full_checkpointing_keeps_least_and_selective_recomputes_no_matmul():
+    assert saved_numbers("full") < saved_numbers("none")
+    none, selective, full = (backward_op_counts(m) for m in ("none", "selective", "full"))
+    assert none["rsqrt"] == 0 and selective["rsqrt"] > 0 and full["rsqrt"] > 0
+    assert selective["matmuls"] == none["matmuls"] < full["matmuls"]
+
+
+def test_plan_follows_the_trainer_config_and_its_former_boolean_switches():
+    cpu = torch.device("cpu")
+    plan = plan_from_config(
+        TrainerConfig(compile="model", activation_checkpointing="selective"), cpu
+    )
+    assert (plan.compile, plan.checkpointing, plan.bf16) == ("model", "selective", False)
+    legacy = plan_from_config(TrainerConfig(compile=True, activation_checkpointing=True), cpu)
+    assert (legacy.compile, legacy.checkpointing) == ("blocks", "full")
+    off = TrainerConfig(compile=False, activation_checkpointing="False")
+    assert (off.compile, off.activation_checkpointing) == ("none", "none")
+    assert plan_from_config(TrainerConfig(precision="bf16"), cpu).bf16
+    assert plan_from_config(TrainerConfig(precision="auto"), torch.device("cuda", 0)).bf16
+    assert plan_from_config(TrainerConfig(precision="auto"), cpu).bf16 is False
+
+
+def test_unknown_checkpointing_mode_is_an_error_naming_the_key():
+    from training.config import ExperimentConfig
+
+    config = ExperimentConfig(trainer=TrainerConfig(activation_checkpointing="some"))
+    with pytest.raises(ValueError, match=r"trainer\.activation_checkpointing='some'"):
+        validate(config)
+    with pytest.raises(ValueError, match="checkpointing='some'"):
+        ParallelPlan(checkpointing="some")
+
+
+def test_evaluation_plan_keeps_only_the_precision():
+    plan = ParallelPlan(parallelism="fsdp", bf16=True, compile="blocks", checkpointing="full")
+    assert plan.for_evaluation() == ParallelPlan(bf16=True)

@@ -1,0 +1,230 @@
+"""The one place that turns a model into the model that trains.
+
+``parallelize(model, env, plan)`` applies, in this order (as torchtitan does, and for the same
+reasons):
+
+1. **activation checkpointing**, by wrapping each block (the model itself knows nothing of it;
+   parameter and state-dict names do not change): ``full`` recomputes the whole block in
+   backward, ``selective`` keeps the outputs of matmuls and attention and recomputes only the
+   cheap pointwise work (norms, RoPE, the activation);
+2. **compile**: each (wrapped) block, or the whole model;
+3. **DDP or FSDP2** (``fully_shard`` each block, then the root: a block's all-gather overlaps the
+   previous block's compute);
+4. the **precision policy**: fp32 master weights; bf16 autocast for compute when ``bf16``, and
+   under FSDP2 bf16 parameters for compute with fp32 gradient reduction.
+
+The result, a :class:`TrainingModel`, also answers the questions whose answer depends on the
+wrapping (gradient sync during accumulation, the global gradient norm, finite weights, the
+per-layer activation scalars), so the trainer has no ``parallelism == ...`` branches. Evaluation
+and the benchmarks call the same function, so they measure exactly what the trainer runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from contextlib import AbstractContextManager as ContextManager
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from training.config import TrainerConfig
+from training.distributed import Env
+
+PARALLELISMS = ("none", "ddp", "fsdp")
+COMPILE_SCOPES = ("none", "blocks", "model")
+CHECKPOINTING = ("none", "full", "selective")
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """How to train a model; each later option is one more field here.
+
+    Attributes:
+        parallelism: ``ddp``, ``fsdp`` or ``none`` (every process keeps its own unwrapped
+            copy: single-process runs and evaluation). Ignored in a single process.
+        bf16: bf16 autocast for compute (fp32 weights, fp32 optimizer state).
+        compile: ``none``, ``blocks`` (``torch.compile`` each block) or ``model``.
+        checkpointing: activation checkpointing per block: ``none``, ``full`` or ``selective``.
+        reshard_after_forward: FSDP2: free each block's gathered parameters after its forward
+            (ZeRO-3, least memory) or keep them for backward (ZeRO-2 style, one all-gather less
+            per block and step).
+    """
+
+    parallelism: str = "none"
+    bf16: bool = False
+    compile: str = "none"
+    checkpointing: str = "none"
+    reshard_after_forward: bool = True
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("parallelism", PARALLELISMS),
+            ("compile", COMPILE_SCOPES),
+            ("checkpointing", CHECKPOINTING),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
+
+    def for_evaluation(self) -> ParallelPlan:
+        """Same precision, nothing else: evaluation keeps a whole unwrapped model per process."""
+        return replace(self, parallelism="none", compile="none", checkpointing="none")
+
+
+def uses_bf16(precision: str, device: torch.device) -> bool:
+    """``auto`` means bf16 on CUDA and fp32 on CPU (CPU bf16 matmuls are slow, not faster)."""
+    return precision == "bf16" or (precision == "auto" and device.type == "cuda")
+
+
+def plan_from_config(trainer: TrainerConfig, device: torch.device) -> ParallelPlan:
+    """The plan the trainer's settings (``trainer.*``) describe."""
+    return ParallelPlan(
+        parallelism=trainer.parallelism,
+        bf16=uses_bf16(trainer.precision, device),
+        compile=trainer.compile,
+        checkpointing=trainer.activation_checkpointing,
+        reshard_after_forward=trainer.fsdp_reshard_after_forward,
+    )
+
+
+class TrainingModel:
+    """A model as the training loop drives it, and what its wrapping changes.
+
+    ``module`` is what forward runs through (the DDP wrapper, or the model whose blocks FSDP2
+    sharded); ``model`` is the model itself, for reading (its parameters are DTensor shards
+    under FSDP2).
+    """
+
+    def __init__(self, module: nn.Module, model: nn.Module, plan: ParallelPlan, env: Env) -> None:
+        self.module, self.model, self.plan, self.env = module, model, plan, env
+        self.fsdp = plan.parallelism == "fsdp" and env.distributed
+        self.ddp = plan.parallelism == "ddp" and env.distributed
+
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self.module.parameters()
+
+    def train(self, mode: bool = True) -> TrainingModel:
+        self.module.train(mode)
+        return self
+
+    def eval(self) -> TrainingModel:
+        return self.train(False)
+
+    def autocast(self) -> ContextManager:
+        """The compute precision of a forward pass."""
+        if not self.plan.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(self.env.device.type, dtype=torch.bfloat16)
+
+    def gradient_sync(self, enabled: bool) -> ContextManager:
+        """Reduce gradients over ranks only when ``enabled`` (the last micro-batch of a step)."""
+        if self.ddp and not enabled:
+            return self.module.no_sync()
+        if self.fsdp:
+            self.module.set_requires_gradient_sync(enabled)
+        return contextlib.nullcontext()
+
+    def clip_grad_norm_(self, max_norm: float) -> float:
+        """Clip to ``max_norm`` (``inf``: measure only); the global norm over all ranks."""
+        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm, foreach=True)
+        if hasattr(norm, "full_tensor"):  # FSDP2: the norm is a DTensor over the shards
+            norm = norm.full_tensor()
+        return float(norm)
+
+    def local_weights_finite(self) -> bool:
+        """Whether this rank's weights (its shards under FSDP2, its copy otherwise) are finite."""
+        return all(
+            bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
+            for p in self.module.parameters()
+        )
+
+    def activation_scalars(self) -> list[dict[str, float]]:
+        """Per-layer activation scalars; under FSDP2 each block is gathered to read them."""
+        if not self.fsdp:
+            return self.model.activation_scalars()
+        for block in self.model.layers:
+            block.unshard()
+        try:
+            return self.model.activation_scalars()
+        finally:
+            for block in self.model.layers:
+                block.reshard()
+
+
+def parallelize(model: nn.Module, env: Env, plan: ParallelPlan) -> TrainingModel:
+    """Wrap ``model`` (a decoder whose blocks are ``model.layers``) as ``plan`` says."""
+    if plan.checkpointing != "none":
+        apply_activation_checkpointing(model, selective=plan.checkpointing == "selective")
+    apply_compile(model, plan.compile)
+    module = model
+    if env.distributed and plan.parallelism == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [env.local_rank] if env.device.type == "cuda" else None
+        module = DistributedDataParallel(model, device_ids=ids)
+    elif env.distributed and plan.parallelism == "fsdp":
+        apply_fsdp(model, plan)
+    return TrainingModel(module, model, plan, env)
+
+
+def apply_compile(model: nn.Module, scope: str) -> None:
+    """``torch.compile`` in place (names unchanged): each block, the whole model, or nothing."""
+    if scope == "blocks":
+        for block in model.layers:
+            block.compile()
+    elif scope == "model":
+        model.compile()
+
+
+def apply_fsdp(model: nn.Module, plan: ParallelPlan) -> None:
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if plan.bf16
+        else MixedPrecisionPolicy()
+    )
+    for block in model.layers:
+        fully_shard(block, mp_policy=mp, reshard_after_forward=plan.reshard_after_forward)
+    # the root (embedding, final norm, head) is needed again at once by backward: keep it
+    fully_shard(model, mp_policy=mp, reshard_after_forward=False)
+
+
+# ops whose outputs selective checkpointing keeps: the FLOPs; everything else is recomputed
+_SAVED_OPS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.bmm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
+
+
+def _keep_matmuls(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    if op in _SAVED_OPS:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def apply_activation_checkpointing(model: nn.Module, selective: bool = False) -> None:
+    """Replace each block by a checkpointing wrapper of it (names in state dicts unchanged)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    kwargs = {"preserve_rng_state": False}  # the blocks draw no random numbers (no dropout)
+    if selective:
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        kwargs["context_fn"] = functools.partial(
+            create_selective_checkpoint_contexts, _keep_matmuls
+        )
+    for index, block in enumerate(model.layers):
+        model.layers[index] = checkpoint_wrapper(block, **kwargs)
