@@ -8,7 +8,8 @@ operand), then drops the chunk. Backward only scales the stored gradients by the
 scalar. Same matmuls as the plain path (one forward, two backward), a fraction of the memory
 traffic, and a peak of one chunk of logits.
 
-Math in fp32 whatever the input dtype (logits of bf16 matmuls are upcast before the softmax),
+Matmuls run in the compute dtype (bf16 under autocast, with fp32 accumulation inside the GEMM);
+softmax, loss and the sum of the weight gradient over chunks in fp32 whatever the input dtype;
 targets equal to ``ignore_index`` contribute neither loss nor gradient, and the mean is over
 the counted targets (``F.cross_entropy`` semantics).
 """
@@ -32,14 +33,16 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         # grad=False (evaluation under no_grad): no gradient work and no vocab x dim buffer
         needs_h, needs_w = ctx.needs_input_grad[0] and grad, ctx.needs_input_grad[1] and grad
         acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 for bf16, fp64 stays
+        compute = matmul_dtype(hidden)
+        w = weight.to(compute)  # one cast for all chunks (autocast would cast per matmul)
         grad_hidden = torch.empty_like(hidden) if needs_h else None
         grad_weight = torch.zeros_like(weight, dtype=acc) if needs_w else None
         total = torch.zeros((), dtype=acc, device=hidden.device)
         for start in range(0, n, chunk):
-            h = hidden[start : start + chunk]
+            h = hidden[start : start + chunk].to(compute)
             t = targets[start : start + chunk]
             ok = valid[start : start + chunk]
-            logits = (h @ weight.t()).to(acc)
+            logits = (h @ w.t()).to(acc)
             safe_t = torch.where(ok, t, 0)
             target_logit = logits.gather(1, safe_t[:, None]).squeeze(1)
             # log-sum-exp by hand, in place, so the exponentials are reused for the gradient
@@ -53,11 +56,13 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 row_scale = ok.to(acc) / count
                 probs = exps.mul_((row_scale / sum_exp)[:, None])
                 probs[torch.arange(len(t), device=t.device), safe_t] -= row_scale
-                probs = probs.to(hidden.dtype)
+                probs = probs.to(compute)
                 if needs_h:
-                    grad_hidden[start : start + chunk] = probs @ weight
-                if needs_w:
-                    grad_weight.addmm_(probs.t().to(acc), h.to(acc))
+                    grad_hidden[start : start + chunk] = probs @ w
+                if needs_w and compute == acc:
+                    grad_weight.addmm_(probs.t(), h)
+                elif needs_w:  # a bf16 GEMM (tensor cores), summed over chunks in fp32
+                    grad_weight += probs.t() @ h
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return total / count
@@ -68,6 +73,15 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         dh = grad_hidden * grad_loss.to(grad_hidden.dtype) if grad_hidden is not None else None
         dw = (grad_weight * grad_loss).to(ctx.weight_dtype) if grad_weight is not None else None
         return dh, dw, None, None, None, None
+
+
+def matmul_dtype(hidden: Tensor) -> torch.dtype:
+    """The dtype the head's matmuls run in: autocast's when it is on (as ``nn.Linear`` would),
+    else the input's. Softmax, loss and the weight-gradient sum stay in fp32 regardless."""
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return hidden.dtype
 
 
 def linear_cross_entropy(

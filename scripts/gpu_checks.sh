@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Every check that needs a CUDA GPU, in one command (see README, "On a GPU"):
+#   bash scripts/gpu_checks.sh            # tests, activation kernels, training throughput
+#   QUICK=1 bash scripts/gpu_checks.sh    # tests only
+# Tests assert correctness on the real kernels (float64 references, determinism, > 2^31
+# elements); the two benchmarks print tables with ratios to ReLU² measured in the same run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU: these checks need one')"
+export WANDB_MODE="${WANDB_MODE:-disabled}"
+
+python -m pytest -m gpu tests/test_gpu.py -q
+python -m pytest tests/test_triton.py tests/test_fused.py tests/test_precision.py -q
+[ -n "${QUICK:-}" ] && exit 0
+
+# the paper's 1.1B MLP activation, 5 x 4096 x 9216, forward + backward
+for dtype in bfloat16 float32; do
+  python -m scripts.bench_activations --device cuda --dtype "$dtype" --shape 5 4096 9216 \
+    --rows relu2 xielu xiprelu swiglu "xielu paper reference"
+done
+# paper_1b training iterations at the paper's per-GPU batch
+python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 --compile \
+  --checkpointing selective --activations relu2 xielu xiprelu swiglu

@@ -1,0 +1,96 @@
+"""Checks that only mean something on a CUDA GPU: the real Triton kernels at scale, bf16 steps.
+
+Run them with ``bash scripts/gpu_checks.sh`` (or ``python -m pytest -m gpu``); without CUDA they
+are skipped. ``tests/test_triton.py`` also runs its kernel tests on CUDA when a GPU is present.
+"""
+
+import pytest
+import torch
+
+from xielu.fused import formulas
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+EPS = float(torch.tensor(-1e-6, dtype=torch.float32))
+
+
+def _float64_reference(kind, x, grad, alpha_p, alpha_n):
+    x64, g64 = x.double(), grad.double()
+    ap, an = alpha_p.double(), alpha_n.double()
+    y = formulas.piecewise_forward(x64, ap, an, 0.5, EPS, kind)
+    return (y, *formulas.piecewise_backward(g64, x64, ap, an, 0.5, EPS, kind))
+
+
+@pytest.mark.parametrize("kind", ["xielu", "xiprelu"])
+def test_kernels_are_right_past_two_to_the_31_elements(kind):
+    """Offsets are 64-bit: elements beyond index 2^31 are computed, and computed right."""
+    from xielu.fused import triton_kernels
+
+    n = 2**31 + 4099
+    x = torch.empty(n, device="cuda", dtype=torch.bfloat16)
+    x.normal_(0.0, 3.0, generator=torch.Generator("cuda").manual_seed(0))
+    grad = torch.ones_like(x)
+    alpha_p = torch.tensor([0.7], device="cuda")
+    alpha_n = torch.tensor([1.1], device="cuda")
+    y = triton_kernels.forward(x, alpha_p, alpha_n, 0.5, EPS, kind)
+    dx, _, _ = triton_kernels.backward(grad, x, alpha_p, alpha_n, 0.5, EPS, kind)
+    for start in (0, 2**31 - 2048, n - 4096):  # the head, across 2^31, the tail
+        part = slice(start, start + 4096)
+        ry, rdx, _, _ = _float64_reference(kind, x[part], grad[part], alpha_p, alpha_n)
+        torch.testing.assert_close(y[part].double(), ry, rtol=2**-8, atol=1e-6)
+        torch.testing.assert_close(dx[part].double(), rdx, rtol=2**-8, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_alpha_gradients_are_bit_identical_across_runs_at_training_size(dtype):
+    from xielu.fused import triton_kernels
+
+    gen = torch.Generator("cuda").manual_seed(1)
+    x = torch.randn(5, 4096, 9216, device="cuda", generator=gen).to(dtype)
+    grad = torch.randn(x.shape, device="cuda", generator=gen).to(dtype)
+    alpha = torch.tensor([0.8], device="cuda")
+    runs = [triton_kernels.backward(grad, x, alpha, alpha, 0.5, EPS, "xielu") for _ in range(3)]
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other, strict=True):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["xielu", "xiprelu"])
+def test_compiled_module_equals_the_op_it_wraps(name):
+    from xielu import get_activation
+
+    module = get_activation(name).cuda()
+    compiled = torch.compile(get_activation(name).cuda())
+    compiled.load_state_dict(module.state_dict())
+    x = torch.randn(4, 2048, 1536, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    xc = x.detach().clone().requires_grad_(True)
+    module(x).float().square().sum().backward()
+    compiled(xc).float().square().sum().backward()
+    torch.testing.assert_close(xc.grad, x.grad, rtol=0, atol=0)
+    torch.testing.assert_close(compiled.alpha_p.grad, module.alpha_p.grad)
+
+
+def test_a_bf16_training_step_on_the_gpu_matches_fp32():
+    from model import Llama, ModelConfig
+    from training.distributed import Env
+    from training.parallelize import ParallelPlan, parallelize
+
+    config = ModelConfig(
+        vocab_size=1024, dim=256, n_layers=2, n_heads=4, gated_hidden=512, max_seq_len=256
+    )
+    env = Env(0, 1, 0, torch.device("cuda", 0))
+    tokens = torch.randint(0, 1024, (4, 257), device="cuda")
+    losses = {}
+    for bf16, compile_scope in ((False, "none"), (True, "blocks")):
+        torch.manual_seed(0)
+        model = parallelize(
+            Llama(config).cuda(), env, ParallelPlan(bf16=bf16, compile=compile_scope)
+        )
+        with model.autocast():
+            loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        losses[bf16] = float(loss)
+    assert losses[True] == pytest.approx(losses[False], rel=1e-2)

@@ -1,0 +1,83 @@
+"""bf16 training runs every matmul in bf16: no fp32 GEMM hides in a training step.
+
+A fp32 product of weight-sized operands on a GPU runs on SIMT cores, not tensor cores: the
+LM-head weight gradient once cost a third of an H100 iteration that way. A dispatch mode sees
+every op of a real step (forward, fused loss, backward, AdamW) with its dtypes.
+"""
+
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from model import Llama, ModelConfig
+from training.config import OptimConfig
+from training.distributed import Env
+from training.optim import build_optimizer
+from training.parallelize import ParallelPlan, parallelize
+
+MATMULS = {
+    "mm",
+    "addmm",
+    "addmm_",
+    "bmm",
+    "baddbmm",
+    "baddbmm_",
+    "addbmm",
+    "addbmm_",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_cudnn_attention",
+}
+
+
+class RecordMatmuls(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[str, list[torch.dtype], list[int]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in MATMULS:
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            self.calls.append((name, [t.dtype for t in tensors], [t.numel() for t in tensors]))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("activation", ["xielu", "swiglu"])
+@pytest.mark.parametrize("checkpointing", ["none", "selective"])
+def test_a_bf16_training_step_has_no_fp32_matmul_of_weight_sized_operands(
+    activation, checkpointing
+):
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=256, dim=64, n_layers=2, n_heads=4, gated_hidden=128, max_seq_len=32,
+        activation=activation, loss_chunk_tokens=16,
+    )  # fmt: skip
+    cpu = torch.device("cpu")
+    model = Llama(config)
+    training = parallelize(
+        model, Env(0, 1, 0, cpu), ParallelPlan(bf16=True, checkpointing=checkpointing)
+    )
+    optimizer = build_optimizer(model, OptimConfig(), cpu)
+    tokens = torch.randint(0, 256, (2, 33))
+    smallest_weight = min(p.numel() for p in model.parameters() if p.ndim == 2)
+
+    with RecordMatmuls() as record:
+        with training.autocast():
+            loss = training(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        optimizer.step()
+
+    kinds = Counter(name for name, _, _ in record.calls)
+    assert kinds["mm"] >= 3 * 7 * config.n_layers  # forward, two backward GEMMs per projection
+    fp32_products = [
+        (name, dtypes, sizes)
+        for name, dtypes, sizes in record.calls
+        if torch.float32 in dtypes and max(sizes) >= smallest_weight
+    ]
+    assert fp32_products == []
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)  # the loss itself stays fp32
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights
