@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from model.config import ModelConfig
-from xielu import get_activation
+from xielu import activation_spec
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,8 @@ def count_parameters(config: ModelConfig) -> ParameterCount:
         raise ValueError("model.vocab_size is unset: take it from the tokenizer first")
     mlp_matrices = 3 if config.gated else 2
     qk_norm = 2 * config.head_dim if config.qk_norm else 0
-    scalars = sum(
-        p.numel()
-        for p in get_activation(config.activation, **config.activation_kwargs).parameters()
-    )
+    # each trainable scalar of the activation is one number (shape [1]), per layer
+    scalars = len(activation_spec(config.activation).scalars)
     return ParameterCount(
         embedding=V * d,
         lm_head=0 if config.tie_embeddings else V * d,

@@ -6,16 +6,19 @@ An exported directory loads with ``AutoModelForCausalLM.from_pretrained`` and no
 - plain MLP without QK-norm (xIELU, ReLU², ...) -> ``ArceeForCausalLM``, MLP ``down(act(up(x)))``
 - plain MLP with QK-norm                        -> ``ApertusForCausalLM``
 
-The activation travels by name through transformers' ``ACT2FN``; xIELU's ``alpha_p``,
-``alpha_n``, ``beta`` and ``eps`` map one to one onto ``mlp.act_fn.*``. Activations that
-transformers does not know (xIPReLU, xSiLU, ELU, the ablations) are refused rather than shipped
-as custom modeling code: ``trust_remote_code`` is a security and maintenance burden for whoever
-loads the model, and evaluation does not need it (``eval/`` wraps the project's own model).
+The activation travels by name through transformers' ``ACT2FN``; each registered activation
+states its name there (``xielu.ActivationSpec.hf``), and import maps it back with
+``xielu.from_hf_name``. xIELU's ``alpha_p``, ``alpha_n``, ``beta`` and ``eps`` map one to one
+onto ``mlp.act_fn.*``. Activations that transformers does not know (xIPReLU, xSiLU, ELU, the
+ablations) are refused rather than shipped as custom modeling code: ``trust_remote_code`` is a
+security and maintenance burden for whoever loads the model, and evaluation does not need it
+(``eval/`` wraps the project's own model).
 
 One transformers quirk: its ``XIELUActivation`` keeps its scalars in bf16 unless the model is
 built with an explicit dtype (Apertus does, Arcee does not), so an xIELU model loaded as Arcee
-computes softplus(alpha) in bf16 until ``.float()`` is called. The exported files hold the exact
-fp32 values either way, and ``import_hf`` restores them bit for bit.
+rounds them to bf16, and ``.float()`` keeps the rounded values. The exported files hold the exact
+fp32 values either way: ``import_hf`` restores them bit for bit, and ``to_hf_model`` builds a
+transformers model that holds them (README, "Model and Hugging Face interop", for lm-eval).
 
 Both sides use the half-split RoPE layout, so q/k weights copy without permutation; the logits
 agreement test in ``tests/test_hf_interop.py`` is what verifies it.
@@ -24,20 +27,16 @@ agreement test in ``tests/test_hf_interop.py`` is what verifies it.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
 from model.config import ModelConfig
 from model.llama import Llama
+from xielu import activation_spec, available_activations, from_hf_name
 
 SIDECAR = "xielu_model_config.json"  # the exact ModelConfig, so import needs no guessing
-
-# project activation (with its options) -> transformers ACT2FN name
-_PLAIN_TO_HF = {"xielu": "xielu", "relu": "relu", "relu2": "relu2", "silu": "silu"}
-_GATED_TO_HF = {"swiglu": "silu", "reglu": "relu"}
-_GELU_TO_HF = {"none": "gelu", "tanh": "gelu_pytorch_tanh"}
 
 _ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -57,23 +56,14 @@ class UnsupportedExportError(ValueError):
 
 def hf_activation_name(config: ModelConfig) -> str:
     """The ``ACT2FN`` name of the activation (for gated MLPs: of the gate)."""
-    name, kwargs = config.activation, dict(config.activation_kwargs)
-    if name in ("gelu", "geglu"):
-        approximate = kwargs.pop("approximate", "none")
-        hf = _GELU_TO_HF.get(approximate)
-    elif name == "gelu_tanh":
-        hf = "gelu_pytorch_tanh"
-    else:
-        hf = (_GATED_TO_HF if config.gated else _PLAIN_TO_HF).get(name)
-    if name == "xielu":
-        kwargs = {}  # its options (inits, beta, eps) travel in the state dict
-    if hf is None or kwargs:
-        exportable = sorted([*_PLAIN_TO_HF, *_GATED_TO_HF, "gelu", "gelu_tanh", "geglu"])
+    hf = activation_spec(config.activation).hf_name(**config.activation_kwargs)
+    if hf is None:
+        exportable = sorted(n for n in available_activations() if activation_spec(n).hf)
         raise UnsupportedExportError(
-            f"activation {name!r} (options {kwargs or 'none'}) has no counterpart in "
-            f"transformers' ACT2FN, so no built-in transformers class can run it; exportable "
-            f"activations: {', '.join(exportable)}. Evaluate it with the project's own model "
-            f"(eval/) instead."
+            f"activation {config.activation!r} (options {config.activation_kwargs or 'none'}) "
+            f"has no counterpart in transformers' ACT2FN, so no built-in transformers class can "
+            f"run it; exportable activations: {', '.join(exportable)}. Evaluate it with the "
+            f"project's own model (eval/) instead."
         )
     return hf
 
@@ -180,7 +170,11 @@ def export_hf(
 
 
 def _config_from_hf(hf: dict) -> ModelConfig:
-    """Rebuild a ModelConfig from a transformers config.json written by someone else."""
+    """Rebuild a ModelConfig from a transformers config.json written by someone else.
+
+    Activation options that only the weights hold are left at their defaults here; import_hf
+    reads them from the weights (``_options_in_state``).
+    """
     model_type = hf.get("model_type")
     if model_type not in _ARCHITECTURES:
         raise ValueError(
@@ -192,16 +186,10 @@ def _config_from_hf(hf: dict) -> ModelConfig:
     if hf.get("num_key_value_heads", hf["num_attention_heads"]) != hf["num_attention_heads"]:
         raise ValueError("grouped-query attention is not supported by model.Llama")
     act = hf["hidden_act"]
-    if model_type == "llama":
-        by_hf = {v: k for k, v in _GATED_TO_HF.items()} | {"gelu": "geglu"}
-        kwargs = {"approximate": "tanh"} if act == "gelu_pytorch_tanh" else {}
-        activation = "geglu" if kwargs else by_hf.get(act)
-    else:
-        by_hf = {v: k for k, v in _PLAIN_TO_HF.items()} | {"gelu": "gelu"}
-        kwargs = {}
-        activation = "gelu_tanh" if act == "gelu_pytorch_tanh" else by_hf.get(act)
-    if activation is None:
+    found = from_hf_name(act, gated=model_type == "llama")
+    if found is None:
         raise ValueError(f"hidden_act {act!r} of a {model_type} model has no project activation")
+    activation, kwargs = found
     return ModelConfig(
         vocab_size=hf["vocab_size"],
         dim=hf["hidden_size"],
@@ -220,6 +208,33 @@ def _config_from_hf(hf: dict) -> ModelConfig:
     )
 
 
+def _options_in_state(activation: str, hidden_act: str, state: dict) -> dict[str, float]:
+    """The options of ``activation`` that transformers keeps as buffers rather than in its
+    config (xIELU's ``beta`` and ``eps``, see ``HFName.state_options``) where they differ from
+    the defaults, read from layer 0 (every layer is built with the same)."""
+    spec = activation_spec(activation)
+    defaults = spec.options()
+    options = {}
+    for hf in spec.hf:
+        if hf.hidden_act != hidden_act:
+            continue
+        for name in hf.state_options:
+            stored = state.get(f"layers.0.mlp.act_fn.{name}")
+            if stored is not None and _shortest_float(stored) != defaults[name]:
+                options[name] = _shortest_float(stored)
+    return options
+
+
+def _shortest_float(value: torch.Tensor) -> float:
+    """The shortest decimal that rounds to ``value`` in its dtype: 0.3, not 0.30000001192092896
+    (what the exporter's config most likely said, and exactly the same number in the model)."""
+    for digits in range(1, 18):
+        candidate = float(f"{float(value):.{digits}g}")
+        if torch.tensor(candidate, dtype=value.dtype) == value:
+            return candidate
+    return float(value)
+
+
 def import_hf(path: str | Path, dtype: torch.dtype = torch.float32) -> Llama:
     """The project's model from a transformers checkpoint directory (ours or compatible)."""
     from safetensors.torch import load_file
@@ -230,14 +245,19 @@ def import_hf(path: str | Path, dtype: torch.dtype = torch.float32) -> Llama:
         raise FileNotFoundError(f"{path} is not a transformers checkpoint: no config.json")
     hf = json.loads(config_file.read_text())
     sidecar = path / SIDECAR
-    config = ModelConfig(**json.loads(sidecar.read_text())) if sidecar.is_file() else None
-    config = config or _config_from_hf(hf)
+    has_sidecar = sidecar.is_file()
+    config = ModelConfig(**json.loads(sidecar.read_text())) if has_sidecar else _config_from_hf(hf)
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors weights in {path}")
     state = {}
     for file in files:
         state.update({_our_key(k, hf["model_type"]): v for k, v in load_file(file).items()})
+    if not has_sidecar:
+        # e.g. xIELU's beta and eps: no config.json field holds them, the weights do, and a
+        # model built with other values would refuse to load them
+        stored = _options_in_state(config.activation, hf["hidden_act"], state)
+        config = replace(config, activation_kwargs={**config.activation_kwargs, **stored})
     if config.tie_embeddings:
         state["lm_head.weight"] = state["embed_tokens.weight"]
     model = Llama(config)

@@ -7,6 +7,7 @@ import torch
 
 from model import Llama, ModelConfig
 from model.hf import SIDECAR, UnsupportedExportError, export_hf, import_hf
+from xielu import activation_spec, available_activations
 
 transformers = pytest.importorskip("transformers")
 
@@ -102,6 +103,33 @@ def test_import_without_our_sidecar_reads_the_transformers_config(
     tokens = torch.randint(0, VOCAB, (1, 40))
     with torch.no_grad():
         torch.testing.assert_close(back(tokens), model(tokens), rtol=0, atol=0)
+
+
+def test_import_without_our_sidecar_reads_xielus_beta_and_eps_from_the_weights(tmp_path):
+    """transformers' config has no field for them; mlp.act_fn.beta / eps in the file hold them."""
+    options = {"beta": 0.3, "eps": -1e-5}
+    model = random_model("xielu", activation_kwargs=options)
+    export_hf(model, tmp_path)
+    (tmp_path / SIDECAR).unlink()
+    back = import_hf(tmp_path).eval()
+    assert back.config.activation == "xielu" and back.config.activation_kwargs == options
+    tokens = torch.randint(0, VOCAB, (1, 40))
+    with torch.no_grad():
+        torch.testing.assert_close(back(tokens), model(tokens), rtol=0, atol=0)
+
+
+def test_import_without_our_sidecar_leaves_default_options_unset(tmp_path):
+    export_hf(random_model("xielu"), tmp_path)
+    (tmp_path / SIDECAR).unlink()
+    assert import_hf(tmp_path).config.activation_kwargs == {}
+
+
+@pytest.mark.parametrize("name", available_activations())
+def test_every_declared_hf_name_is_an_activation_transformers_has(name):
+    from transformers.activations import ACT2FN
+
+    for hf in activation_spec(name).hf:
+        assert hf.hidden_act in ACT2FN, (name, hf)
 
 
 @pytest.mark.parametrize("activation", ["xiprelu", "xsilu", "elu", "xielu_neg_zero", "xielu_beta1"])

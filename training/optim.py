@@ -7,21 +7,23 @@ from torch import nn
 
 from training.config import OptimConfig
 
-ACTIVATION_SCALARS = (".act_fn.",)  # alpha_p, alpha_n, trainable beta live under mlp.act_fn
-
 
 def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
     """Two groups: decayed (matrices, and whatever the config opts in) and not decayed.
 
-    Roles by name and shape: matrices (ndim >= 2) decay; 1-d norm weights and the embedding
-    decay only with ``decay_norms_and_embeddings``; activation scalars only with
-    ``decay_activation_scalars``. A tied LM head is the embedding and follows it.
+    Roles: activation scalars (the ones each layer's activation declares, see
+    ``Llama.activation_scalar_parameters``) decay only with ``decay_activation_scalars``; then
+    by name and shape, matrices (ndim >= 2) decay, 1-d norm weights and the embedding only with
+    ``decay_norms_and_embeddings``. A tied LM head is the embedding and follows it. ``model``
+    is the bare model (``TrainingModel.model``: the same parameter objects DDP and FSDP2
+    train); parameters keep their order within each group.
     """
+    activation_scalars = {id(p) for p in model.activation_scalar_parameters()}
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        if any(tag in name for tag in ACTIVATION_SCALARS):
+        if id(param) in activation_scalars:
             wants_decay = config.decay_activation_scalars
         elif "embed_tokens" in name or param.ndim < 2:
             wants_decay = config.decay_norms_and_embeddings

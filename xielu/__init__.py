@@ -5,23 +5,29 @@
     act = get_activation("xiprelu")    # any registered name; see available_activations()
 
 Define your own activation by its gradient with :class:`GradientDesign` (see ``xielu.design``).
+What the rest of a project may ask an activation (its Hugging Face name, its trainable scalars)
+is answered by ``activation_spec(name)`` without building the module, and by the built module
+itself, an :class:`Activation` (see ``xielu.interface``).
 This package depends on torch only; it knows nothing of models, data or training.
 """
 
 from xielu.activations import XIELU, FoldedPiecewise, XIPReLU, xielu_design, xiprelu_design
 from xielu.baselines import GatedActivation, NativeActivation, XSiLU
 from xielu.design import BaseGradient, Branch, DesignedActivation, GradientDesign
+from xielu.interface import Activation, HFName
 from xielu.parametrize import Alpha, inverse_softplus
 from xielu.registry import (
     ActivationSpec,
     activation_spec,
     available_activations,
+    from_hf_name,
     get_activation,
     is_gated,
 )
 
 __all__ = [
     "XIELU",
+    "Activation",
     "ActivationSpec",
     "Alpha",
     "BaseGradient",
@@ -30,11 +36,13 @@ __all__ = [
     "FoldedPiecewise",
     "GatedActivation",
     "GradientDesign",
+    "HFName",
     "NativeActivation",
     "XIPReLU",
     "XSiLU",
     "activation_spec",
     "available_activations",
+    "from_hf_name",
     "get_activation",
     "inverse_softplus",
     "is_gated",

@@ -9,11 +9,12 @@ for backward. ``fused=False`` keeps the generic path, for comparison.
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from xielu import bases
 from xielu.design import Branch, DesignedActivation, GradientDesign
 from xielu.fused import ops
+from xielu.interface import Activation
 from xielu.parametrize import Alpha
 
 
@@ -130,8 +131,11 @@ class XIPReLU(_FusedPiecewise):
         )
 
 
-class FoldedPiecewise(nn.Module):
-    """Inference-time xIELU/xIPReLU: effective alphas stored as constants, no softplus per call."""
+class FoldedPiecewise(Activation):
+    """Inference-time xIELU/xIPReLU: effective alphas stored as constants, no softplus per call.
+
+    It has no parameters; ``effective_scalars`` reports the alphas it was folded from.
+    """
 
     def __init__(
         self, kind: str, alpha_p: float, alpha_n: float, beta: float, eps: float, backend: str
@@ -143,6 +147,9 @@ class FoldedPiecewise(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return _fused(self.kind, x, self.alpha_p, self.alpha_n, self.beta, self.eps, self.backend)
+
+    def effective_scalars(self) -> dict[str, float]:
+        return {"alpha_p": float(self.alpha_p), "alpha_n": float(self.alpha_n)}
 
     def extra_repr(self) -> str:
         return f"{self.kind}, alpha_p={float(self.alpha_p):.4g}, alpha_n={float(self.alpha_n):.4g}"

@@ -11,10 +11,11 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from xielu import bases
 from xielu.design import Branch, DesignedActivation, GradientDesign
+from xielu.interface import Activation
 from xielu.parametrize import Alpha
 
 
@@ -108,8 +109,11 @@ class XSiLU(DesignedActivation):
         super().__init__(xsilu_design(float(alpha_init)))
 
 
-class GatedActivation(nn.Module):
-    """A GLU: ``act(gate) * up`` (Shazeer, 2020). Gated MLPs call it with both projections."""
+class GatedActivation(Activation):
+    """A GLU: ``act(gate) * up`` (Shazeer, 2020). Gated MLPs call it with both projections.
+
+    Its scalars are its gate's (none for the native gates registered here).
+    """
 
     gated = True
 
@@ -119,6 +123,9 @@ class GatedActivation(nn.Module):
 
     def forward(self, gate: Tensor, up: Tensor) -> Tensor:
         return self.gate_activation(gate) * up
+
+    def effective_scalars(self) -> dict[str, float]:
+        return self.gate_activation.effective_scalars()
 
 
 def swiglu() -> GatedActivation:

@@ -8,7 +8,8 @@ builds
 
 so that f(0) = 0 on both branches and the two pieces join continuously at the origin (the
 paper's choice C = -alpha * G(0), e.g. C_n = -alpha_n for xIELU). xIELU, xIPReLU, xSiLU and every
-ablation of the paper are instances of this; see ``xielu.catalog``.
+ablation of the paper are instances of this; see ``xielu.activations``, ``xielu.baselines`` and
+``xielu.ablations``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from xielu.interface import Activation
 from xielu.parametrize import Alpha
 
 TensorFn = Callable[[Tensor], Tensor]
@@ -91,7 +93,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
-class DesignedActivation(nn.Module):
+class DesignedActivation(Activation):
     """An ``nn.Module`` built from a :class:`GradientDesign`.
 
     Parameters hold raw (pre-constraint) values of shape ``[1]`` (FSDP rejects 0-d parameters),
@@ -99,8 +101,6 @@ class DesignedActivation(nn.Module):
     buffer ``beta`` (``beta_p``/``beta_n`` when the branches differ), a trainable one a ``[1]``
     parameter. This is the state-dict layout of Hugging Face's ``XIELUActivation``.
     """
-
-    gated = False
 
     def __init__(self, design: GradientDesign, *, constant_buffers: bool = True) -> None:
         super().__init__()

@@ -20,7 +20,6 @@ from torch import Tensor
 from xielu.design import compute_dtype
 
 NegativeBranch = Literal["xielu", "xiprelu"]
-NEGATIVE_BRANCHES: tuple[str, ...] = ("xielu", "xiprelu")
 
 
 def piecewise_forward(
