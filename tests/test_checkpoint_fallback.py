@@ -6,38 +6,21 @@ person might, and resumes with ``checkpoint.load_latest`` (what the trainer's re
 
 import json
 import logging
-import os
 import pickle
-import shlex
 
 import pytest
 import torch
+from checkpoint_helpers import (
+    ENV,
+    Payload,
+    save_checkpoint,
+    tiny_model_and_optimizer,
+    train_a_step,
+)
 
-from model import Llama, ModelConfig
+from model import Llama
 from training import checkpoint
 from training.distributed import Env
-
-ENV = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-
-
-def tiny_model_and_optimizer():
-    torch.manual_seed(0)
-    config = ModelConfig(
-        vocab_size=128, dim=32, n_layers=2, n_heads=2, gated_hidden=64, max_seq_len=32
-    )
-    model = Llama(config)
-    params = list(model.parameters())
-    optimizer = torch.optim.AdamW(
-        [{"params": params[:4], "weight_decay": 0.1}, {"params": params[4:], "weight_decay": 0.0}],
-        lr=1e-3,
-    )
-    return model, optimizer
-
-
-def train_a_step(model, optimizer) -> None:
-    for p in model.parameters():
-        p.grad = torch.randn_like(p)
-    optimizer.step()
 
 
 def save_steps_2_and_4(run_dir, env: Env = ENV) -> None:
@@ -46,15 +29,7 @@ def save_steps_2_and_4(run_dir, env: Env = ENV) -> None:
         train_a_step(model, optimizer)
         train_a_step(model, optimizer)
         data = {"batches": step}
-        checkpoint.save(run_dir, step, model, optimizer, {"step": step}, data, "", env, keep=3)
-
-
-class Payload:
-    def __init__(self, marker) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return os.system, (f"touch {shlex.quote(self.marker)}",)
+        save_checkpoint(run_dir, step, model, optimizer, {"step": step}, data, "", env, keep=3)
 
 
 def truncate_a_shard(path) -> None:
@@ -198,7 +173,7 @@ def test_evaluation_skips_a_damaged_newest_checkpoint_and_leaves_it_in_place(tmp
     model = Llama(config.model.with_vocab_from_tokenizer(vocab))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in (2, 4):
-        checkpoint.save(tmp_path, step, model, optimizer, {"step": step}, {}, config_yaml, ENV, 3)
+        save_checkpoint(tmp_path, step, model, optimizer, {"step": step}, {}, config_yaml, ENV, 3)
     plant_code_in_the_metadata(tmp_path / "checkpoints" / "step_000004")
 
     with caplog.at_level(logging.WARNING, logger="training.runs"):

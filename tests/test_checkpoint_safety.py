@@ -10,53 +10,25 @@ import os
 import pickle
 import random
 import re
-import shlex
 import shutil
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from checkpoint_helpers import (
+    ENV,
+    Payload,
+    save_checkpoint,
+    tiny_model_and_optimizer,
+    train_a_step,
+)
 from torch.distributed.checkpoint.api import CheckpointException
 
-from model import Llama, ModelConfig
 from training import checkpoint
-from training.distributed import Env
 from training.safe_load import UnsafeCheckpointError
 
-ENV = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 SYSTEM = rf"{os.system.__module__}\.system"  # posix.system on Linux
-
-
-class Payload:
-    """Unpickling this creates ``marker``: proof that a load ran code from the file."""
-
-    def __init__(self, marker) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return os.system, (f"touch {shlex.quote(self.marker)}",)
-
-
-def tiny_model_and_optimizer():
-    torch.manual_seed(0)
-    config = ModelConfig(
-        vocab_size=128, dim=32, n_layers=2, n_heads=2, gated_hidden=64, max_seq_len=32
-    )
-    model = Llama(config)
-    params = list(model.parameters())
-    optimizer = torch.optim.AdamW(
-        [{"params": params[:4], "weight_decay": 0.1}, {"params": params[4:], "weight_decay": 0.0}],
-        lr=1e-3,
-        betas=(0.9, 0.95),
-    )
-    return model, optimizer
-
-
-def train_a_step(model, optimizer) -> None:
-    for p in model.parameters():
-        p.grad = torch.randn_like(p)
-    optimizer.step()
 
 
 DATA_STATE = {"_snapshot": {"pending": {"stream": 0, "packer": {"buffer": torch.arange(5)}}}}
@@ -68,7 +40,7 @@ def saved(tmp_path):
     model, optimizer = tiny_model_and_optimizer()
     train_a_step(model, optimizer)
     train_a_step(model, optimizer)
-    path = checkpoint.save(tmp_path, 2, model, optimizer, {"step": 2}, DATA_STATE, "", ENV, 2)
+    path = save_checkpoint(tmp_path, 2, model, optimizer, {"step": 2}, DATA_STATE, "", ENV, 2)
     return path, model, optimizer
 
 
@@ -78,7 +50,7 @@ def test_a_normal_checkpoint_round_trips_exactly_with_every_rng(saved):
     random.seed(7)
     np.random.seed(7)
     np.random.standard_normal()  # numpy now holds a cached gaussian: part of its state
-    checkpoint.save(path.parent.parent, 3, model, optimizer, {"step": 3}, DATA_STATE, "", ENV, 2)
+    save_checkpoint(path.parent.parent, 3, model, optimizer, {"step": 3}, DATA_STATE, "", ENV, 2)
     expected = (torch.rand(3), random.random(), np.random.standard_normal(2))
     fresh, fresh_optimizer = tiny_model_and_optimizer()
     trainer_state, data_state = checkpoint.load(
@@ -136,7 +108,7 @@ def test_a_payload_among_dcp_values_in_a_shard_is_refused_naming_the_file(tmp_pa
     model, optimizer = tiny_model_and_optimizer()
     train_a_step(model, optimizer)
     optimizer.param_groups[0]["lr"] = Payload(tmp_path / "marker")
-    path = checkpoint.save(tmp_path / "run", 1, model, optimizer, {"step": 1}, {}, "", ENV, 2)
+    path = save_checkpoint(tmp_path / "run", 1, model, optimizer, {"step": 1}, {}, "", ENV, 2)
     control = shutil.copytree(path, tmp_path / "control_checkpoint")
     state = {"optim": {"param_groups": [{"lr": 0.0}]}}
     with checkpoint.single_process_is_intended():
@@ -159,7 +131,7 @@ def test_dcp_values_may_only_be_plain_python_values(tmp_path):
     model, optimizer = tiny_model_and_optimizer()
     train_a_step(model, optimizer)
     optimizer.param_groups[1]["betas"] = torch.device("cpu")
-    path = checkpoint.save(tmp_path, 1, model, optimizer, {"step": 1}, {}, "", ENV, 2)
+    path = save_checkpoint(tmp_path, 1, model, optimizer, {"step": 1}, {}, "", ENV, 2)
     fresh, fresh_optimizer = tiny_model_and_optimizer()
     with pytest.raises(
         UnsafeCheckpointError,

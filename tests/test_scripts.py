@@ -69,3 +69,13 @@ def test_saved_bytes_counts_a_tensor_saved_by_two_ops_once():
 
 def test_markdown_table_has_a_separator_per_column():
     assert markdown(["a", "b"], [["1", "2"]]) == ["| a | b |", "|---|---|", "| 1 | 2 |"]
+
+
+def test_checkpoint_benchmark_saves_the_same_state_both_ways(capsys):
+    from scripts.bench_checkpoint import main
+
+    rows = main(["--repeats", "1", "--vocab-size", "256"])
+    assert [r["mode"] for r in rows] == ["sync", "async"]
+    assert rows[0]["gib"] == rows[1]["gib"] > 0
+    assert all(r["write_s"] >= r["stall_s"] > 0 for r in rows)  # published after save returns
+    assert "| async |" in capsys.readouterr().out

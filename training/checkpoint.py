@@ -9,8 +9,9 @@ Layout of ``<run_dir>/checkpoints/step_000120/``:
 - ``config.yaml``: the resolved config of the run that wrote it.
 
 Everything is first written to ``step_000120.tmp``; after every rank has finished, rank 0
-renames it. A directory without the suffix is therefore complete, and a crash during a save
-leaves the previous checkpoint as the newest loadable one.
+renames it (``training.checkpoint_writer``, synchronously or in the background). A directory
+without the suffix is therefore complete, and a crash during a save leaves the previous
+checkpoint as the newest loadable one.
 
 Loading runs no code from the files (``training.safe_load``): a checkpoint is data. One that
 was published but cannot be loaded anyway (a disk that lost a shard, a file someone edited) is
@@ -25,7 +26,6 @@ import logging
 import os
 import random
 import re
-import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
@@ -95,7 +94,7 @@ def single_process_is_intended():
         yield
 
 
-def _flush_to_disk(f) -> None:
+def flush_to_disk(f) -> None:
     """fsync before the rename publishes the checkpoint, so a node crash cannot leave a
     published checkpoint with truncated files (DCP syncs its own shards)."""
     f.flush()
@@ -130,51 +129,6 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state((n["bit_generator"], key, n["pos"], n["has_gauss"], n["cached_gaussian"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
-
-
-def save(
-    run_dir: str | Path,
-    step: int,
-    model,
-    optimizer,
-    trainer_state: dict,
-    data_state: dict,
-    config_yaml: str,
-    env: Env,
-    keep: int,
-    crash_before_publish: bool = False,
-) -> Path:
-    root = checkpoint_root(run_dir)
-    final = root / step_dir_name(step)
-    tmp = root / f"{step_dir_name(step)}.tmp"
-    if env.is_main:
-        shutil.rmtree(tmp, ignore_errors=True)  # a leftover from a crashed save
-        tmp.mkdir(parents=True)
-    distributed.barrier()
-    model_state, optim_state = get_state_dict(model, optimizer)
-    with single_process_is_intended():
-        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
-    with open(tmp / f"rank_{env.rank:05d}.pt", "wb") as f:
-        torch.save({"data": data_state, "rng": rng_state(), "world_size": env.world_size}, f)
-        _flush_to_disk(f)
-    if env.is_main:
-        for name, text in (
-            ("trainer.json", json.dumps(trainer_state, indent=2) + "\n"),
-            ("config.yaml", config_yaml),
-        ):
-            with open(tmp / name, "w") as f:
-                f.write(text)
-                _flush_to_disk(f)
-    distributed.barrier()
-    if crash_before_publish:  # fault injection (trainer.debug_crash_in_checkpoint_at)
-        os._exit(13)
-    if env.is_main:
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        for old in complete_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-    distributed.barrier()
-    return final
 
 
 class OtherRankFailedError(RuntimeError):

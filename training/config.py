@@ -80,12 +80,16 @@ class TrainerConfig:
     seed: model initialisation and everything else random.
     run_dir: where checkpoints, metrics.jsonl and the resolved config go.
     checkpoint_every: steps between checkpoints (and one at the end); 0: only at the end.
+    async_checkpoint: write checkpoints in the background while training goes on (the weights
+        are first copied to CPU memory); published, as synchronous ones, only once complete.
     keep_checkpoints: how many recent checkpoints to keep.
     eval_every: steps between validation passes; 0 disables.
     eval_batches: validation batches per pass and rank (of micro_batch sequences); 0: the whole
         slice, the only setting whose numbers compare across world sizes.
     log_every: steps between console / metrics lines.
     max_bad_steps: stop after this many consecutive steps with a non-finite loss or gradient.
+    collective_timeout_s: how long a collective waits for the slowest rank before the job
+        fails (a rank that hangs); a rank that dies stops the others at once (torchrun).
     debug_nan_steps: fault injection for tests: make the loss NaN at these (0-based) steps.
     debug_crash_in_checkpoint_at: fault injection for tests: die halfway through this step's
         checkpoint save, after the shards are written and before the checkpoint is published.
@@ -103,11 +107,13 @@ class TrainerConfig:
     seed: int = 0
     run_dir: str = "runs/${now:%Y-%m-%d_%H-%M-%S}"
     checkpoint_every: int = 50
+    async_checkpoint: bool = False
     keep_checkpoints: int = 2
     eval_every: int = 50
     eval_batches: int = 8
     log_every: int = 10
     max_bad_steps: int = 5
+    collective_timeout_s: int = 1800
     debug_nan_steps: list[int] = field(default_factory=list)
     debug_crash_in_checkpoint_at: int = -1
 
@@ -181,6 +187,7 @@ BOUNDS = {
     "trainer.eval_every": 0,
     "trainer.eval_batches": 0,
     "trainer.max_bad_steps": 0,
+    "trainer.collective_timeout_s": 1,
     "schedule.warmup_steps": 0,
     "schedule.decay_steps": 0,
 }

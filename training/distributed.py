@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -49,9 +50,10 @@ def adopt_slurm_tasks(env: dict) -> None:
     env.setdefault("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
 
 
-def init() -> Env:
+def init(timeout_s: float | None = None) -> Env:
     """Read torchrun's (or SLURM's) environment; start the process group (nccl on CUDA, gloo
-    on CPU)."""
+    on CPU). ``timeout_s``: how long a collective may wait for a rank before it fails, so a
+    rank that hangs (rather than dies: torchrun stops the others then) ends the job."""
     adopt_slurm_tasks(os.environ)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -65,6 +67,7 @@ def init() -> Env:
         dist.init_process_group(
             "nccl" if device.type == "cuda" else "gloo",
             device_id=device if device.type == "cuda" else None,
+            timeout=timedelta(seconds=timeout_s) if timeout_s else None,
         )
     return Env(rank, world, local, device)
 

@@ -19,6 +19,7 @@ from data import build_loader, build_validation_loader, load_tokenizer
 from data import counters as data_counters
 from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint, distributed
+from training.checkpoint_writer import CheckpointWriteError, CheckpointWriter
 from training.config import ExperimentConfig, validate
 from training.metrics import (
     MetricsLogger,
@@ -35,6 +36,7 @@ from training.validation import validation_loss
 log = logging.getLogger(__name__)
 
 EXIT_NON_FINITE = 3
+EXIT_CHECKPOINT_FAILED = 4
 
 
 class NonFiniteTrainingError(RuntimeError):
@@ -50,7 +52,7 @@ def build_model(config: ExperimentConfig, vocab_size: int, device: torch.device)
 class Trainer:
     def __init__(self, config: ExperimentConfig, config_yaml: str) -> None:
         self.config, self.config_yaml = config, config_yaml
-        self.env = distributed.init()
+        self.env = distributed.init(config.trainer.collective_timeout_s)
         validate(config, self.env.world_size)
         t = config.trainer
         self.run_dir = Path(t.run_dir)
@@ -64,6 +66,9 @@ class Trainer:
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
         self.step, self.tokens, self.skipped, self.bad_in_a_row = 0, 0, 0, 0
         self.preemption = Preemption()
+        self.writer = CheckpointWriter(
+            self.run_dir, self.env, t.keep_checkpoints, asynchronous=t.async_checkpoint
+        )
         self.logger: MetricsLogger | None = None
         self.flops_per_token = training_flops_per_token(self.model_config, config.data.seq_len)
         self.peak = device_peak_flops(self.env.device)
@@ -104,9 +109,15 @@ class Trainer:
                 if self._should(t.checkpoint_every) or self.step == t.steps or preempted:
                     self._save()
                 if preempted:
+                    self.writer.wait()  # on disk and published before the job goes away
                     log.warning("stopping at step %d to be resumed", self.step)
                     exit_code = requeue_or_exit_code() if env.is_main else EXIT_PREEMPTED
                     break
+                self.writer.poll()
+            self.writer.wait()
+        except NonFiniteTrainingError:
+            self.writer.wait()  # the save in flight holds finite weights: keep it
+            raise
         finally:
             self.preemption.uninstall()
             if self.logger is not None:
@@ -193,6 +204,7 @@ class Trainer:
             "step_time_s": step_time,
             "skipped_steps": self.skipped,
             "memory_gib": peak_memory_gib(self.env.device),
+            "checkpoint_stall_s": self.writer.stall_s,
             "eta_s": eta,
             **alpha_scalars(per_layer),
             **{f"data/{name}": int(n) for name, n in zip(data_counts, summed, strict=True)},
@@ -221,20 +233,15 @@ class Trainer:
                 f"step {self.step}: the weights are not finite; refusing to overwrite good "
                 "checkpoints with them"
             )
-        path = checkpoint.save(
-            self.run_dir,
+        self.writer.save(
             self.step,
             self.model.module,
             self.optimizer,
             self._trainer_state(),
             self.loader.state_dict(),
             self.config_yaml,
-            self.env,
-            t.keep_checkpoints,
             crash_before_publish=self.step == t.debug_crash_in_checkpoint_at,
         )
-        if self.env.is_main:
-            log.info("saved %s", path)
 
     def _resume(self) -> None:
         """The newest checkpoint that loads (a damaged one is set aside, never a silent restart)."""
@@ -272,5 +279,8 @@ def train(config: ExperimentConfig, config_yaml: str) -> int:
     except NonFiniteTrainingError as error:
         log.error("%s", error)
         return EXIT_NON_FINITE
+    except CheckpointWriteError as error:
+        log.error("%s", error)
+        return EXIT_CHECKPOINT_FAILED
     finally:
         distributed.shutdown()

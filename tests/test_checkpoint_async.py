@@ -1,0 +1,76 @@
+"""Asynchronous checkpoints: a snapshot of the step they were taken at, published only when
+complete, the same resume as a synchronous run, and a crash mid-write loses nothing."""
+
+import shutil
+
+import pytest
+import torch
+from checkpoint_helpers import ENV, tiny_model_and_optimizer, train_a_step
+
+from data_fixtures import write_parquet_corpus
+from train_helpers import losses, run, run_in_process, tiny_overrides
+from training import checkpoint
+from training.checkpoint_writer import CheckpointWriter
+
+
+def test_an_async_checkpoint_holds_the_weights_of_its_step_not_later_ones(tmp_path):
+    model, optimizer = tiny_model_and_optimizer()
+    train_a_step(model, optimizer)
+    at_save = {k: v.clone() for k, v in model.state_dict().items()}
+    writer = CheckpointWriter(tmp_path, ENV, keep=2, asynchronous=True)
+    writer.save(1, model, optimizer, {"step": 1}, {}, "")
+    for _ in range(3):  # training goes on while the write is in flight
+        train_a_step(model, optimizer)
+    assert not checkpoint.complete_checkpoints(tmp_path) or writer.in_flight is None
+    writer.wait()
+    assert [p.name for p in checkpoint.complete_checkpoints(tmp_path)] == ["step_000001"]
+    fresh, fresh_optimizer = tiny_model_and_optimizer()
+    _, state, _ = checkpoint.load_latest(tmp_path, fresh, fresh_optimizer, ENV)
+    assert state == {"step": 1}
+    for name, value in fresh.state_dict().items():
+        assert torch.equal(value, at_save[name]), name
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("corpus")
+    write_parquet_corpus(directory, files=3, row_group_size=20)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("reference")
+    assert run_in_process(tiny_overrides(corpus, run_dir)) == 0
+    return losses(run_dir)
+
+
+def test_async_checkpoints_train_and_resume_like_synchronous_ones(corpus, reference, tmp_path):
+    overrides = tiny_overrides(corpus, tmp_path, **{"trainer.async_checkpoint": True})
+    assert run_in_process(overrides) == 0
+    published = checkpoint.complete_checkpoints(tmp_path)
+    assert [p.name for p in published] == ["step_000008", "step_000012"]
+    shutil.rmtree(published[-1])
+    assert run_in_process(overrides) == 0  # resumes from the async checkpoint of step 8
+    got = losses(tmp_path)
+    assert got.keys() == reference.keys()
+    for step, loss in reference.items():
+        assert got[step] == pytest.approx(loss, rel=1e-6), step
+
+
+@pytest.mark.slow
+def test_a_crash_during_an_async_save_leaves_the_previous_checkpoint(corpus, reference, tmp_path):
+    overrides = tiny_overrides(
+        corpus,
+        tmp_path,
+        **{"trainer.async_checkpoint": True, "trainer.debug_crash_in_checkpoint_at": 8},
+    )
+    code, output = run(overrides)
+    assert code == 13, output[-3000:]
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["step_000004", "step_000008.tmp"]  # the write in flight never published
+    code, output = run([o for o in overrides if "debug_crash" not in o])
+    assert code == 0 and "step_000004 at step 4" in output, output[-3000:]
+    got = losses(tmp_path)
+    for step, loss in reference.items():
+        assert got[step] == pytest.approx(loss, rel=1e-6), step

@@ -1,0 +1,163 @@
+"""Faults a cluster run meets, each injected for real: what is observed, and that nothing is lost.
+
+README's "Runs that survive the cluster" table summarises these. Every rerun must reproduce the
+uninterrupted run's losses exactly (or to fp rounding across world sizes).
+"""
+
+import errno
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from data_fixtures import write_parquet_corpus
+from train_helpers import launch, losses, metrics, run, run_in_process, tiny_overrides
+from training import checkpoint, loop
+from training.checkpoint_writer import CheckpointWriter
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("corpus")
+    write_parquet_corpus(directory, files=3, row_group_size=20)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("reference")
+    assert run_in_process(tiny_overrides(corpus, run_dir)) == 0
+    return losses(run_dir)
+
+
+def assert_same_losses(run_dir, reference, rel=1e-6):
+    got = losses(run_dir)
+    assert got.keys() == reference.keys()
+    for step, loss in reference.items():
+        assert got[step] == pytest.approx(loss, rel=rel, abs=rel), step
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_full_disk_during_a_save_is_a_clear_error_and_the_previous_checkpoint_survives(
+    corpus, reference, tmp_path, monkeypatch, caplog, asynchronous
+):
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    write_data = FileSystemWriter.write_data
+
+    def disk_full_at_step_8(self, plan, planner):
+        if "step_000008" in str(self.path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_data(self, plan, planner)
+
+    overrides = tiny_overrides(corpus, tmp_path, **{"trainer.async_checkpoint": asynchronous})
+    with monkeypatch.context() as patch:
+        patch.setattr(FileSystemWriter, "write_data", disk_full_at_step_8)
+        with caplog.at_level(logging.ERROR):
+            assert run_in_process(overrides) == loop.EXIT_CHECKPOINT_FAILED
+    message = caplog.text
+    assert "step 8" in message and "No space left on device" in message
+    assert "step_000004 is intact" in message
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000004"]
+    assert run_in_process(overrides) == 0  # space freed: resumes from step 4
+    assert_same_losses(tmp_path, reference)
+
+
+def sigterm_to_self(*_, **__) -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("during", ["validation", "save"])
+def test_sigterm_during_validation_or_a_save_ends_with_a_valid_checkpoint(
+    corpus, reference, tmp_path, monkeypatch, during
+):
+    """The handler only sets a flag: the pass or the save in progress completes, the next step
+    checkpoints and the run exits to be requeued; the rerun reproduces every loss."""
+    if during == "validation":  # the first validation pass is at step 6
+        validation_loss = loop.validation_loss
+
+        def interrupted(*args, **kwargs):
+            sigterm_to_self()
+            return validation_loss(*args, **kwargs)
+
+        target, replacement, stopped_at = loop, ("validation_loss", interrupted), 7
+    else:  # the checkpoint of step 4
+        write = CheckpointWriter._write_small_files
+
+        def interrupted(self, tmp, *args):
+            if tmp.name.startswith("step_000004"):
+                sigterm_to_self()
+            return write(self, tmp, *args)
+
+        target, replacement, stopped_at = CheckpointWriter, ("_write_small_files", interrupted), 5
+    overrides = tiny_overrides(corpus, tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(target, *replacement)
+        assert run_in_process(overrides) == 75  # EXIT_PREEMPTED: no SLURM here to requeue
+    newest = checkpoint.complete_checkpoints(tmp_path)[-1]
+    assert checkpoint.step_of(newest) == stopped_at
+    assert run_in_process(overrides) == 0
+    assert_same_losses(tmp_path, reference)
+
+
+def test_a_non_finite_activation_scalar_gradient_skips_the_step(corpus, tmp_path, monkeypatch):
+    build_model = loop.build_model
+    backward_calls = []
+
+    def with_an_overflowing_alpha(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        alpha_p = model.layers[0].mlp.act_fn.alpha_p
+
+        def overflow_once(grad):
+            backward_calls.append(1)
+            return torch.full_like(grad, torch.inf) if len(backward_calls) == 5 else grad
+
+        alpha_p.register_hook(overflow_once)
+        return model
+
+    monkeypatch.setattr(loop, "build_model", with_an_overflowing_alpha)
+    assert run_in_process(tiny_overrides(corpus, tmp_path)) == 0
+    records = [m for m in metrics(tmp_path) if "loss" in m]
+    assert records[-1]["skipped_steps"] == 1  # the 5th backward is step 3's first micro-batch
+    assert [m["step"] for m in records if m["grad_norm"] == float("inf")] == [3]
+    assert all(abs(m["alpha_p/layer_00"]) < 10 for m in records)
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The processes torchrun started (its children), oldest first."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent:
+            children.append(int(stat.parent.name))
+    return sorted(children)
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_of_two_ranks_stops_the_other_and_the_rerun_resumes(corpus, tmp_path):
+    single_dir = tmp_path / "single"
+    single = tiny_overrides(corpus, single_dir, **{"data.num_workers": 2})
+    assert run_in_process(single) == 0  # one process with 2 workers = 2 ranks with 1 each
+    run_dir = tmp_path / "two"
+    overrides = tiny_overrides(corpus, run_dir, **{"data.num_workers": 1})
+    process = launch(overrides, torchrun=2)
+    deadline = time.monotonic() + 180
+    while max(losses(run_dir), default=0) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = worker_pids(process.pid)
+    assert len(workers) == 2 and max(losses(run_dir)) < 12, "the run ended before the kill"
+    os.kill(workers[-1], signal.SIGKILL)
+    killed_at = time.monotonic()
+    process.communicate(timeout=120)  # the survivor must not hang
+    assert process.returncode != 0 and time.monotonic() - killed_at < 120
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    code, output = run(overrides, torchrun=2, timeout=240)
+    assert code == 0 and "resumed from" in output, output[-3000:]
+    assert_same_losses(run_dir, losses(single_dir), rel=1e-5)
