@@ -9,6 +9,7 @@
 import os
 import sys
 
+import pytest
 import torch
 
 os.environ.setdefault("XIELU_BACKEND", "eager")
@@ -20,3 +21,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for path in (ROOT, os.path.join(ROOT, "tests")):
     if path not in sys.path:
         sys.path.insert(0, path)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Real documents as parquet files of several row groups (tests/data_fixtures.py)."""
+    from data_fixtures import write_parquet_corpus
+
+    directory = tmp_path_factory.mktemp("corpus")
+    write_parquet_corpus(directory, files=3, row_group_size=20)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    """An uninterrupted 12-step tiny run: (run dir, loss per step), what resumed runs repeat."""
+    from train_helpers import losses, run_in_process, tiny_overrides
+
+    run_dir = tmp_path_factory.mktemp("reference")
+    assert run_in_process(tiny_overrides(corpus, run_dir)) == 0
+    return run_dir, losses(run_dir)

@@ -5,10 +5,9 @@ import shutil
 
 import pytest
 import torch
-from checkpoint_helpers import ENV, tiny_model_and_optimizer, train_a_step
 
-from data_fixtures import write_parquet_corpus
-from train_helpers import losses, run, run_in_process, tiny_overrides
+from checkpoint_helpers import ENV, tiny_model_and_optimizer, train_a_step
+from train_helpers import assert_same_losses, run, run_in_process, tiny_overrides
 from training import checkpoint
 from training.checkpoint_writer import CheckpointWriter
 
@@ -31,20 +30,6 @@ def test_an_async_checkpoint_holds_the_weights_of_its_step_not_later_ones(tmp_pa
         assert torch.equal(value, at_save[name]), name
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("corpus")
-    write_parquet_corpus(directory, files=3, row_group_size=20)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def reference(corpus, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("reference")
-    assert run_in_process(tiny_overrides(corpus, run_dir)) == 0
-    return losses(run_dir)
-
-
 def test_async_checkpoints_train_and_resume_like_synchronous_ones(corpus, reference, tmp_path):
     overrides = tiny_overrides(corpus, tmp_path, **{"trainer.async_checkpoint": True})
     assert run_in_process(overrides) == 0
@@ -52,10 +37,7 @@ def test_async_checkpoints_train_and_resume_like_synchronous_ones(corpus, refere
     assert [p.name for p in published] == ["step_000008", "step_000012"]
     shutil.rmtree(published[-1])
     assert run_in_process(overrides) == 0  # resumes from the async checkpoint of step 8
-    got = losses(tmp_path)
-    assert got.keys() == reference.keys()
-    for step, loss in reference.items():
-        assert got[step] == pytest.approx(loss, rel=1e-6), step
+    assert_same_losses(tmp_path, reference[1])
 
 
 @pytest.mark.slow
@@ -71,6 +53,4 @@ def test_a_crash_during_an_async_save_leaves_the_previous_checkpoint(corpus, ref
     assert names == ["step_000004", "step_000008.tmp"]  # the write in flight never published
     code, output = run([o for o in overrides if "debug_crash" not in o])
     assert code == 0 and "step_000004 at step 4" in output, output[-3000:]
-    got = losses(tmp_path)
-    for step, loss in reference.items():
-        assert got[step] == pytest.approx(loss, rel=1e-6), step
+    assert_same_losses(tmp_path, reference[1])

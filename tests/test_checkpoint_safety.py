@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+
 from checkpoint_helpers import (
     ENV,
     Payload,
@@ -23,8 +25,6 @@ from checkpoint_helpers import (
     tiny_model_and_optimizer,
     train_a_step,
 )
-from torch.distributed.checkpoint.api import CheckpointException
-
 from training import checkpoint
 from training.safe_load import UnsafeCheckpointError
 

@@ -9,24 +9,8 @@ import time
 import pytest
 from hydra.errors import ConfigCompositionException
 
-from data_fixtures import write_parquet_corpus
 from train_helpers import compose, launch, losses, metrics, run, run_in_process, tiny_overrides
 from wandb_records import history_keys
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("corpus")
-    write_parquet_corpus(directory, files=3, row_group_size=20)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def reference(corpus, tmp_path_factory):
-    """An uninterrupted 12-step run: the losses every other run must reproduce."""
-    run_dir = tmp_path_factory.mktemp("reference")
-    assert run_in_process(tiny_overrides(corpus, run_dir)) == 0
-    return run_dir, losses(run_dir)
 
 
 def test_invalid_configs_stop_before_any_work_naming_the_key(corpus, tmp_path):

@@ -8,15 +8,7 @@ micro-batch.
 
 import pytest
 
-from data_fixtures import write_parquet_corpus
 from train_helpers import losses, metrics, run, run_in_process, tiny_overrides
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("corpus")
-    write_parquet_corpus(directory, files=3, row_group_size=20)
-    return directory
 
 
 @pytest.fixture(scope="module")

@@ -99,3 +99,13 @@ def metrics(run_dir: Path) -> list[dict]:
 def losses(run_dir: Path) -> dict[int, float]:
     """Training loss per step (a resumed run logs some steps twice: the later one counts)."""
     return {m["step"]: m["loss"] for m in metrics(run_dir) if "loss" in m}
+
+
+def assert_same_losses(run_dir: Path, expected: dict[int, float], rel: float = 1e-6) -> None:
+    """Every step's loss as in ``expected`` (a resumed run's repeated steps: the later)."""
+    import pytest
+
+    got = losses(run_dir)
+    assert got.keys() == expected.keys()
+    for step, loss in expected.items():
+        assert got[step] == pytest.approx(loss, rel=rel, abs=rel), step
