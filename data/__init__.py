@@ -6,7 +6,7 @@ Knows nothing about models or training: it yields ``{"inputs", "targets"}`` wind
 """
 
 from data.config import DataConfig, TokenizerConfig
-from data.loader import build_loader, build_validation_loader, counters
+from data.loader import build_loader, build_validation_loader, counters, restore_loader
 from data.packing import IGNORE_INDEX
 from data.registry import available_sources, get_source
 from data.tokenizers import Tokenizer, load_tokenizer
@@ -22,4 +22,5 @@ __all__ = [
     "counters",
     "get_source",
     "load_tokenizer",
+    "restore_loader",
 ]

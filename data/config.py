@@ -42,6 +42,11 @@ class DataConfig:
     text_column: the column holding document text.
     hub_repo: the dataset repository streamed by ``fineweb_edu``.
     hub_config: its configuration (``sample-10BT``, ``sample-100BT``, ``default``, a CC-MAIN dump).
+    hub_retries: ``fineweb_edu``: how many times in a row a read that fails with a connection
+        error in the middle of an epoch is retried, going on exactly from the last record read
+        (on top of ``datasets``' own retries of each read); then the run stops, saying so.
+    hub_backoff_s: the wait before the first of those retries, doubled for each next one
+        (2, 4, 8, 16, 32 s by default).
     min_int_score: keep only documents with ``int_score`` at least this (FineWeb-Edu's 0-5
         educational score); ``None`` keeps all.
     seq_len: tokens per training sequence; windows of ``seq_len + 1`` give inputs and targets.
@@ -62,6 +67,8 @@ class DataConfig:
     text_column: str = "text"
     hub_repo: str = "HuggingFaceFW/fineweb-edu"
     hub_config: str = "sample-10BT"
+    hub_retries: int = 5
+    hub_backoff_s: float = 2.0
     min_int_score: int | None = None
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     seq_len: int = 256

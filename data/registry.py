@@ -44,6 +44,11 @@ class DataSource:
         open_text: text-file sources only: ``config`` -> the ``TextSource`` their documents are
             read from (``data.stream.TextStream`` and friends read through it).
         needs_paths: ``data.paths`` must list files.
+        repartition: ``(config, old states, n_new)`` -> the states of ``n_new`` streams that
+            go on from the ``old`` streams' (one per old stream, in stream order; None: never
+            ran), by the rule of ``data.repartition``: a resume on another world size or
+            number of workers. ``None``: the source cannot (``data.loader.restore_loader``
+            refuses); it may also raise ``CannotRepartitionError`` to say why.
     """
 
     name: str
@@ -53,6 +58,7 @@ class DataSource:
     pretokenize: Callable[[DataConfig, int], Iterator[tuple[np.ndarray, Counter]]] | None = None
     open_text: Callable[[DataConfig], TextSource] | None = None
     needs_paths: bool = False
+    repartition: Callable[[DataConfig, list[dict | None], int], list[dict | None]] | None = None
 
 
 _REGISTRY: dict[str, DataSource] = {}

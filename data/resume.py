@@ -6,6 +6,12 @@ worker process, when there are workers), and ``state_dict`` while the stream is 
 ``state_dict`` reads the *live* position the stream publishes. Both are wrapped as
 ``{"pending": state}``, so saving a stream that never ran returns what was loaded, unchanged.
 
+A resume on another world size or number of workers (``data.repartition``) does not go through
+the loader's ``load_state_dict``: ``data.loader.restore_loader`` hands the dataset one state per
+stream of this rank (``load_streams``) before the loader starts its workers; each worker (or
+the main process, without workers) takes its own stream's state, so the loader itself starts
+fresh while every stream resumes.
+
 A state carries the stream's identity (a fingerprint of the data, tokenizer, sequence length and
 stream layout); a resume whose identity differs is refused instead of silently misaligned.
 """
@@ -16,44 +22,67 @@ from collections.abc import Callable
 
 from torch.utils.data import IterableDataset
 
+from data.sharding import worker_stream
+
 
 def check_same_identity(saved: dict, current: dict) -> None:
-    """Refuse a resume whose data, tokenizer, layout or world size differ from the checkpoint's."""
+    """Refuse a resume whose data, tokenizer, sequence length or stream layout differ from the
+    checkpoint's."""
     for key, value in current.items():
-        if saved.get(key) != value:
+        if saved.get(key) == value:
+            continue
+        if key == "n_streams":
             raise ValueError(
-                f"cannot resume the data pipeline: its {key} was {saved.get(key)!r} when the "
-                f"checkpoint was written and is {value!r} now (a different dataset, "
-                "tokenizer, sequence length or world size x workers); start a new run "
-                "or restore the original setting"
+                f"cannot resume the data pipeline: the checkpoint's data was read by "
+                f"{saved.get(key)} streams (world size x workers) and this run has {value}; "
+                "resume through data.restore_loader, which re-partitions the streams"
             )
+        raise ValueError(
+            f"cannot resume the data pipeline: its {key} was {saved.get(key)!r} when the "
+            f"checkpoint was written and is {value!r} now (a different dataset, tokenizer or "
+            "sequence length); start a new run or restore the original setting"
+        )
 
 
 class ResumableStream(IterableDataset):
     """Base of the training streams: ``state_dict`` / ``load_state_dict`` and their timing.
 
-    In ``__iter__`` a stream calls ``_resume(identity)`` first (the checked saved state, or
-    None for a fresh start) and then ``_publish(snapshot)`` with a function returning its
+    In ``__iter__`` a stream calls ``_resume(identity, stream)`` first (the checked saved state,
+    or None for a fresh start) and then ``_publish(snapshot)`` with a function returning its
     current state, which must include ``"identity"`` and may include ``"stats"`` (its counters,
     read by ``data.counters``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rank: int = 0, world_size: int = 1) -> None:
+        self.rank, self.world_size = rank, world_size
         self._pending: dict | None = None  # a loaded state, applied when iteration starts
+        self._by_stream: dict[int, dict | None] = {}  # or one per stream (load_streams)
         self._snapshot: Callable[[], dict] | None = None  # the live state while iterating
 
-    def _resume(self, identity: dict) -> dict | None:
+    def _own_pending(self, stream: int) -> dict | None:
+        return self._pending if self._pending is not None else self._by_stream.get(stream)
+
+    def _resume(self, identity: dict, stream: int) -> dict | None:
         self._snapshot = None
-        if self._pending is None:
+        pending = self._own_pending(stream)
+        if pending is None:
             return None
-        check_same_identity(self._pending["identity"], identity)
-        return self._pending
+        check_same_identity(pending["identity"], identity)
+        return pending
 
     def _publish(self, snapshot: Callable[[], dict]) -> None:
         self._snapshot = snapshot
 
     def state_dict(self) -> dict:
-        return {"pending": self._snapshot() if self._snapshot else self._pending}
+        if self._snapshot:
+            return {"pending": self._snapshot()}
+        stream, _ = worker_stream(self.rank, self.world_size)
+        return {"pending": self._own_pending(stream)}
 
     def load_state_dict(self, state: dict) -> None:
-        self._pending, self._snapshot = state["pending"], None
+        self._pending, self._by_stream, self._snapshot = state["pending"], {}, None
+
+    def load_streams(self, states: dict[int, dict | None]) -> None:
+        """One state per stream of this rank (``{stream id: state}``), set before the loader
+        starts its workers: each worker resumes from its own stream's (None: a fresh start)."""
+        self._pending, self._by_stream, self._snapshot = None, dict(states), None

@@ -10,6 +10,7 @@ import pickle
 
 import pytest
 import torch
+
 from checkpoint_helpers import (
     ENV,
     Payload,
@@ -17,7 +18,6 @@ from checkpoint_helpers import (
     tiny_model_and_optimizer,
     train_a_step,
 )
-
 from model import Llama
 from training import checkpoint
 from training.distributed import Env
@@ -114,22 +114,24 @@ def test_a_run_without_checkpoints_starts_fresh(tmp_path):
     assert checkpoint.load_latest(tmp_path, model, optimizer, ENV) is None
 
 
-def test_another_world_size_is_refused_and_not_taken_for_damage(tmp_path):
-    """A mismatch, not damage: the checkpoints are fine and stay published."""
+def test_another_world_size_loads_every_ranks_data_state(tmp_path):
+    """Not a mismatch any more: the model and optimizer reshard through DCP, and the data state
+    is every old rank's, for ``data.restore_loader`` to re-partition (tests/test_data_*)."""
     save_steps_2_and_4(tmp_path)
     for path in checkpoint.complete_checkpoints(tmp_path):  # as if 2 processes had written it
         extra = torch.load(path / "rank_00000.pt", weights_only=True)
         for rank in (0, 1):
-            torch.save({**extra, "world_size": 2}, path / f"rank_{rank:05d}.pt")
+            data = {**extra["data"], "rank": rank}
+            torch.save({**extra, "data": data, "world_size": 2}, path / f"rank_{rank:05d}.pt")
     model, optimizer = tiny_model_and_optimizer()
-    with pytest.raises(checkpoint.WorldSizeMismatchError, match="2 processes and this run has 1"):
-        checkpoint.load_latest(tmp_path, model, optimizer, ENV)
-    for path in checkpoint.complete_checkpoints(tmp_path):
-        (path / "rank_00000.pt").unlink()
-    # rank 0's file is missing, and rank 1's says that 2 processes wrote the checkpoint
-    with pytest.raises(checkpoint.WorldSizeMismatchError, match="2 processes and this run has 1"):
-        checkpoint.load_latest(tmp_path, model, optimizer, ENV)
-    assert names(tmp_path) == ["step_000002", "step_000004"]
+    path, trainer_state, data_state = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    assert path.name == "step_000004" and trainer_state["step"] == 4
+    assert data_state == {"every_rank": [{"batches": 4, "rank": 0}, {"batches": 4, "rank": 1}]}
+    # every old rank's data state is needed: a checkpoint that lost one is damaged
+    (path / "rank_00001.pt").unlink()
+    path, _, data_state = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    assert path.name == "step_000002" and data_state["every_rank"][1] == {"batches": 2, "rank": 1}
+    assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
 
 
 def two_ranks_resume(rank: int, run_dir: str) -> None:

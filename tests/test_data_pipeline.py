@@ -7,7 +7,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from data import DataConfig, TokenizerConfig, build_loader, build_validation_loader
+from data import (
+    DataConfig,
+    TokenizerConfig,
+    build_loader,
+    build_validation_loader,
+    restore_loader,
+)
 from data.packing import IGNORE_INDEX, Packer, document_index
 from data.stream import TextStream
 from data_fixtures import write_parquet_corpus
@@ -120,7 +126,10 @@ def test_resume_yields_the_same_next_batches_twice_over(corpus, workers):
 
 
 @pytest.mark.slow
-def test_resume_with_another_world_size_or_dataset_is_refused(corpus, tmp_path):
+def test_resume_on_another_dataset_or_past_restore_loader_is_refused(corpus, tmp_path):
+    """Another world size resumes through ``restore_loader`` (tests/test_data_repartition.py);
+    a state loaded into a loader of another layout without it is refused, and so is another
+    dataset, whatever the layout."""
     directory, _ = corpus
     cfg = config(directory)
     loader = build_loader(cfg, batch_size=2)
@@ -128,13 +137,18 @@ def test_resume_with_another_world_size_or_dataset_is_refused(corpus, tmp_path):
     state = loader.state_dict()
     other_world = build_loader(cfg, batch_size=2, rank=0, world_size=2)
     other_world.load_state_dict(state)
-    with pytest.raises(ValueError, match=r"n_streams was 1 .* is 2 now"):
+    with pytest.raises(
+        ValueError, match=r"read by 1 streams .* has 2; resume through data\.restore"
+    ):
         next(iter(other_world))
     write_parquet_corpus(tmp_path, files=2)
     other_data = build_loader(config(tmp_path), batch_size=2)
-    other_data.load_state_dict(state)
+    restore_loader(other_data, state)
     with pytest.raises(ValueError, match="its source was"):
         next(iter(other_data))
+    other_both = build_loader(config(tmp_path), batch_size=2, rank=0, world_size=2)
+    with pytest.raises(ValueError, match="its source was"):
+        restore_loader(other_both, {"every_rank": [state]})
 
 
 def test_validation_slice_is_held_out_and_independent_of_world_size(corpus):

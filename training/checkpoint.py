@@ -4,7 +4,8 @@ Layout of ``<run_dir>/checkpoints/step_000120/``:
 
 - the model and optimizer through ``torch.distributed.checkpoint`` (each rank writes its own
   shards under FSDP; one copy under DDP or single-process),
-- ``rank_00000.pt`` per rank: data-pipeline state (each rank reads its own stream) and RNG,
+- ``rank_00000.pt`` per rank: data-pipeline state and RNG (each rank reads its own; a run with
+  another world size reads every rank's data state and re-partitions it, ``data.repartition``),
 - ``trainer.json``: step, tokens seen, counters (identical on every rank, written by rank 0),
 - ``config.yaml``: the resolved config of the run that wrote it.
 
@@ -39,6 +40,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from data.repartition import EVERY_RANK
 from training import distributed
 from training.distributed import Env
 from training.safe_load import dcp_load, load_weights_only
@@ -46,11 +48,6 @@ from training.safe_load import dcp_load, load_weights_only
 log = logging.getLogger(__name__)
 
 STEP_DIR = re.compile(r"^step_(\d{6,})$")
-
-
-class WorldSizeMismatchError(ValueError):
-    """The checkpoint was written by another number of processes: a configuration mismatch,
-    not damage (the checkpoint is fine and is never set aside for it)."""
 
 
 class NoLoadableCheckpointError(RuntimeError):
@@ -145,7 +142,7 @@ def is_damage(error: Exception) -> bool:
     may do), rather than this run's setup or machine (where every checkpoint fails alike)."""
     if isinstance(error, OtherRankFailedError):
         return error.damage
-    return not isinstance(error, (WorldSizeMismatchError, MemoryError, torch.OutOfMemoryError))
+    return not isinstance(error, (MemoryError, torch.OutOfMemoryError))
 
 
 def _on_every_rank(env: Env, stage: Callable[[], Any]) -> Any:
@@ -167,45 +164,85 @@ def _on_every_rank(env: Env, stage: Callable[[], Any]) -> Any:
     raise OtherRankFailedError(f"rank {ranks} could not load its part (see its log)", worst == 1)
 
 
-def _mismatch(path: Path, written_by: int, env: Env) -> WorldSizeMismatchError:
-    return WorldSizeMismatchError(
-        f"{path} was written by {written_by} processes and this run has {env.world_size}: the "
-        "data pipeline cannot resume exactly; use the same world size"
-    )
+def _written_by(path: Path) -> int | None:
+    """How many processes wrote the checkpoint, as any readable rank file says (None: none)."""
+    for other in sorted(path.glob("rank_*.pt")):
+        with contextlib.suppress(Exception):
+            return int(load_weights_only(other, other)["world_size"])
+    return None
+
+
+def _every_rank_data(path: Path, written_by: int) -> list:
+    """The data state of every rank that wrote the checkpoint, in rank order."""
+    states = []
+    for rank in range(written_by):
+        rank_file = path / f"rank_{rank:05d}.pt"
+        if not rank_file.is_file():
+            raise FileNotFoundError(
+                f"{path} was written by {written_by} processes and {rank_file.name} is "
+                "missing: a resume on another world size or number of data workers needs the "
+                "data state of every rank"
+            )
+        extra = load_weights_only(rank_file, rank_file)
+        if extra["world_size"] != written_by:
+            raise ValueError(
+                f"{path}: {rank_file.name} says {extra['world_size']} processes wrote the "
+                f"checkpoint, another rank file says {written_by}"
+            )
+        states.append(extra["data"])
+    return states
+
+
+def data_states(path: Path, env: Env) -> list:
+    """Every rank's data state of the checkpoint ``path`` (written by as many processes as this
+    run has), read on every rank: what ``data.restore_loader`` needs to re-partition the data
+    when only ``data.num_workers`` changed. Every rank calls it; a failure raises everywhere."""
+    return _on_every_rank(env, lambda: _every_rank_data(path, env.world_size))
 
 
 def _rank_state(path: Path, env: Env) -> dict:
-    """This rank's data and RNG state, once sure the checkpoint is for this many processes."""
+    """This rank's RNG state and data state: its own rank file's when the checkpoint was
+    written by as many processes as this run has. Written by another number, the data state is
+    ``{"every_rank": [...]}``, every old rank's, from which ``data.restore_loader`` computes
+    this rank's (``data.repartition``; the model and optimizer reshard through DCP), and the
+    RNG is this rank's file's when the old run had this rank, else None (left as seeded)."""
     rank_file = path / f"rank_{env.rank:05d}.pt"
-    if not rank_file.is_file():
-        written = sorted(path.glob("rank_*.pt"))
-        written_by = None
-        for other in written:  # any readable rank file knows how many processes wrote it
-            with contextlib.suppress(Exception):
-                written_by = int(load_weights_only(other, other)["world_size"])
-                break
-        if written_by is not None and written_by != env.world_size:
-            raise _mismatch(path, written_by, env)
+    own = load_weights_only(rank_file, rank_file) if rank_file.is_file() else None
+    written_by = int(own["world_size"]) if own is not None else _written_by(path)
+    if own is not None and written_by == env.world_size:
+        return own
+    if written_by is None or written_by == env.world_size:
         raise FileNotFoundError(
             f"{path} has no state for rank {env.rank}: {rank_file.name} is missing (the "
-            f"checkpoint has {len(written)} rank files and was written by "
+            f"checkpoint has {len(list(path.glob('rank_*.pt')))} rank files and was written by "
             f"{written_by or 'an unknown number of'} processes)"
         )
-    extra = load_weights_only(rank_file, rank_file)
-    if extra["world_size"] != env.world_size:
-        raise _mismatch(path, extra["world_size"], env)
-    return extra
+    if env.is_main:
+        log.info(
+            "%s was written by %d processes and this run has %d: the data position of every "
+            "rank is re-partitioned over this run's",
+            path,
+            written_by,
+            env.world_size,
+        )
+    return {
+        "data": {EVERY_RANK: _every_rank_data(path, written_by)},
+        "rng": own["rng"] if own is not None else None,
+        "world_size": written_by,
+    }
 
 
 def load(path: Path, model, optimizer, env: Env) -> tuple[dict, dict]:
     """Restore model, optimizer and RNG in place from the checkpoint ``path``; return
-    (trainer state, data state).
+    (trainer state, data state), the data state for ``data.restore_loader``.
 
-    Every rank calls it, and when any rank fails every rank raises (see :func:`is_damage` for
-    what the error means). Nothing in the files runs code (``training.safe_load``). A failure
-    may leave the model and optimizer partly overwritten; a later successful load overwrites
-    all of it: DCP's planner is strict, so every tensor and every param-group value of the
-    model and optimizer state dicts is read from the checkpoint.
+    The checkpoint may have been written by another number of processes: the model and
+    optimizer reshard through DCP, and the data state is then every old rank's (see
+    :func:`_rank_state`). Every rank calls it, and when any rank fails every rank raises (see
+    :func:`is_damage` for what the error means). Nothing in the files runs code
+    (``training.safe_load``). A failure may leave the model and optimizer partly overwritten;
+    a later successful load overwrites all of it: DCP's planner is strict, so every tensor and
+    every param-group value of the model and optimizer state dicts is read from the checkpoint.
     """
     extra = _on_every_rank(env, lambda: _rank_state(path, env))
     trainer_state = _on_every_rank(env, lambda: json.loads((path / "trainer.json").read_text()))
@@ -224,7 +261,8 @@ def load(path: Path, model, optimizer, env: Env) -> tuple[dict, dict]:
             optim_state_dict=state["optim"],
             options=StateDictOptions(strict=True),
         )
-        set_rng_state(extra["rng"])
+        if extra["rng"] is not None:
+            set_rng_state(extra["rng"])
 
     _on_every_rank(env, read_shards)
     _on_every_rank(env, restore)
@@ -263,8 +301,7 @@ def load_latest(run_dir: str | Path, model, optimizer, env: Env) -> tuple[Path, 
     checkpoint (a fresh start). Never a silent restart from step 0: when checkpoints exist and
     none loads, it raises :class:`NoLoadableCheckpointError` listing each and why, and renames
     nothing (a requeued job then fails the same way instead of finding no checkpoint). Errors
-    that are not damage (:func:`is_damage`: another world size, out of memory) propagate at
-    once.
+    that are not damage (:func:`is_damage`: out of memory) propagate at once.
     """
     failures: list[tuple[Path, str]] = []
     for path in reversed(complete_checkpoints(run_dir)):

@@ -178,6 +178,8 @@ BOUNDS = {
     "data.seq_len": 1,
     "data.validation_documents": 0,
     "data.num_workers": 0,
+    "data.hub_retries": 0,
+    "data.hub_backoff_s": 0,
     "trainer.steps": 1,
     "trainer.global_batch": 1,
     "trainer.micro_batch": 1,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from data import build_loader, build_validation_loader, load_tokenizer
+from data import build_loader, build_validation_loader, load_tokenizer, restore_loader
 from data import counters as data_counters
 from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint, distributed
@@ -249,7 +249,9 @@ class Trainer:
         if found is None:
             return
         path, state, data_state = found
-        self.loader.load_state_dict(data_state)
+        restore_loader(  # the streams' positions, re-partitioned if the layout changed
+            self.loader, data_state, every_rank=lambda: checkpoint.data_states(path, self.env)
+        )
         self.step, self.tokens = state["step"], state["tokens"]
         self.skipped, self.bad_in_a_row = state["skipped"], state["bad_in_a_row"]
         if self.env.is_main:

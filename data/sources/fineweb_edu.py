@@ -15,12 +15,23 @@ answering within seconds, the run stops with what to do instead (``data=local``)
 hanging in retries or falling back silently. ``data.paths`` (local files or ``hf://`` URLs)
 streams those files with the same code and no Hub query. Shuffling is off on this path:
 ``datasets``' shuffle buffer is not part of its state, so a resume could not be exact.
+
+A connection error in the middle of an epoch (the Hub or the network failing after
+``datasets``' own per-read retries) does not end the run: the stream goes on from the
+``IterableDataset.state_dict()`` after the last record it read, after an exponential backoff,
+up to ``data.hub_retries`` times in a row (``resilient_records``); then it stops with what to
+do. The position cannot be re-split over another number of streams: a resume on another world
+size or number of workers is refused (``refuse_repartition``) with the way out (pretokenize).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import os
+import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -30,11 +41,15 @@ import torch
 from data.config import DataConfig
 from data.packing import Packer, pack
 from data.registry import DataSource, register
+from data.repartition import CannotRepartitionError
 from data.resume import ResumableStream
 from data.sharding import worker_stream
 from data.tokenizers import encode_document, load_tokenizer
 
+log = logging.getLogger(__name__)
+
 HUB_TIMEOUT_S = 10.0
+sleep = time.sleep  # the backoff between retries; tests replace it
 OFFLINE_HELP = (
     "Point the run at local copies instead: download the parquet files on a machine with "
     "internet (e.g. `huggingface-cli download HuggingFaceFW/fineweb-edu --repo-type dataset "
@@ -129,17 +144,113 @@ def pretokenize_chunks(config: DataConfig, workers: int) -> Iterator[tuple[np.nd
         yield np.concatenate([np.zeros(0, dtype=np.int64), *docs]), stats
 
 
+def is_connection_error(error: BaseException) -> bool:
+    """Whether a read failed for the network's sake, so that trying again may work.
+
+    What ``datasets`` raises once its own per-read retries are spent: ``ConnectionError``
+    (``"Server Disconnected"``), ``TimeoutError`` (``asyncio``'s, fsspec's ``FSTimeoutError``),
+    ``httpx`` transport errors, ``aiohttp.ClientError``, ``requests``' ``RequestException`` and
+    the Hub's ``HfHubHTTPError`` (all ``OSError`` but httpx's and aiohttp's). An HTTP answer is
+    retried only when it says "later" (5xx, 429); a missing or forbidden file never is.
+    """
+    if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError)):
+        return False
+    response = getattr(error, "response", None)
+    status = getattr(response, "status_code", None)
+    if status is not None:
+        return status >= 500 or status == 429
+    if isinstance(error, OSError):
+        return True
+    for module, name in (("httpx", "TransportError"), ("aiohttp", "ClientError")):
+        kind = getattr(sys.modules.get(module), name, None)  # imported only if it can be raised
+        if kind is not None and isinstance(error, kind):
+            return True
+    return False
+
+
+class HubStreamError(RuntimeError):
+    """Streaming failed with connection errors more times in a row than ``data.hub_retries``."""
+
+
+def _failed_file(error: BaseException | None) -> str | None:
+    """The URL or file an error (or one it was raised from) names, if any."""
+    while error is not None:
+        with contextlib.suppress(Exception):  # httpx raises when an error has no request
+            return str(error.request.url)
+        if getattr(error, "filename", None):
+            return str(error.filename)
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def resilient_records(ds, start: dict | None, config: DataConfig, what: str):
+    """``(record, ds.state_dict() after it)`` for every record of ``ds``'s current epoch.
+
+    A connection error (:func:`is_connection_error`) restarts the iteration from the state
+    after the last record yielded (``start`` before the first: the epoch's beginning when None),
+    so no record is lost or repeated, after waiting ``hub_backoff_s * 2**(k - 1)`` seconds for
+    the ``k``-th consecutive failure; the ``hub_retries + 1``-th raises :class:`HubStreamError`.
+    A record read resets the count.
+    """
+    last, failures = start, 0
+    while True:
+        try:
+            for record in ds:
+                failures = 0
+                last = ds.state_dict()
+                yield record, last
+            return
+        except Exception as error:
+            if not is_connection_error(error):
+                raise
+            failures += 1
+            where = what + (f", {file}" if (file := _failed_file(error)) else "")
+            if failures > config.hub_retries:
+                raise HubStreamError(
+                    f"streaming {where} failed {failures} times in a row, the last with "
+                    f"{type(error).__name__}: {str(error)[:300]} (data.hub_retries="
+                    f"{config.hub_retries}, backoff from data.hub_backoff_s="
+                    f"{config.hub_backoff_s:g} s, doubling). The last checkpoint resumes "
+                    "exactly once the Hub answers again; for longer outages raise "
+                    f"data.hub_retries or data.hub_backoff_s. {OFFLINE_HELP}"
+                ) from error
+            delay = config.hub_backoff_s * 2 ** (failures - 1)
+            log.warning(
+                "streaming %s: %s: %s; retrying from the last record read in %.1f s (%d of %d)",
+                where,
+                type(error).__name__,
+                str(error)[:200],
+                delay,
+                failures,
+                config.hub_retries,
+            )
+            sleep(delay)
+            ds.load_state_dict(last)  # None: from the epoch's beginning
+
+
+def refuse_repartition(config: DataConfig, old: list[dict | None], n_new: int) -> list:
+    """``DataSource.repartition``: a ``datasets`` stream's position cannot be re-split."""
+    raise CannotRepartitionError(
+        "data.source=fineweb_edu cannot resume exactly on another world size or number of "
+        "DataLoader workers: each stream's position is the datasets IterableDataset.state_dict() "
+        "of its own split of the shards, which cannot be re-split over other streams. Resume "
+        "with the original world size and data.num_workers, or pretokenize the data once "
+        "(`python -m scripts.pretokenize OUT_DIR --source fineweb_edu ...`) and train with "
+        "`data=tokenized data.paths=[OUT_DIR/*.bin]`, which resumes on any layout."
+    )
+
+
 class HubStream(ResumableStream):
     def __init__(self, config: DataConfig, rank: int = 0, world_size: int = 1) -> None:
-        super().__init__()
-        self.config, self.rank, self.world_size = config, rank, world_size
+        super().__init__(rank, world_size)
+        self.config = config
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         from datasets.distributed import split_dataset_by_node
 
         c = self.config
         tokenizer = load_tokenizer(c.tokenizer)
-        _, n = worker_stream(self.rank, self.world_size)  # n only fingerprints the layout
+        stream, n = worker_stream(self.rank, self.world_size)  # n only fingerprints the layout
         identity = {
             "source": f"{c.hub_repo}/{c.hub_config}:{sorted(c.paths)}:{c.min_int_score}",
             "tokenizer": c.tokenizer.name,
@@ -147,7 +258,7 @@ class HubStream(ResumableStream):
             "n_streams": n,
             "validation_documents": c.validation_documents,
         }
-        state = self._resume(identity)
+        state = self._resume(identity, stream)
         # saved so that a resume need not read the held-out records again
         held = state.get("held_out_records") if state else None
         if held is None:
@@ -159,11 +270,11 @@ class HubStream(ResumableStream):
         )
         packer = Packer(c.seq_len, tokenizer.eos_id, c.document_mask)
         stats = {"documents": 0, "tokens": 0, "skipped": 0}
-        epoch = 0
+        epoch, start = 0, None
         if state is not None:
-            epoch = state["epoch"]
+            epoch, start = state["epoch"], state["dataset"]
             ds.set_epoch(epoch)
-            ds.load_state_dict(state["dataset"])
+            ds.load_state_dict(start)
             packer.load_state_dict(state["packer"])
             stats = dict(state["stats"])
         live: dict = {}
@@ -180,9 +291,12 @@ class HubStream(ResumableStream):
             }
 
         self._publish(snapshot)
+        what = ", ".join(c.paths) if c.paths else f"{c.hub_repo} ({c.hub_config})"
         while True:
             ds.set_epoch(epoch)
-            for record in ds:
+            for record, position in resilient_records(ds, start, c, what):
+                # the dataset's position now, while it is suspended between records
+                live.update(epoch=epoch, dataset=position)
                 text = _document(record, c.text_column)
                 if text is None:
                     stats["skipped"] += 1
@@ -191,13 +305,11 @@ class HubStream(ResumableStream):
                 stats["documents"] += 1
                 stats["tokens"] += len(ids)
                 packer.add(ids)
-                # the dataset's position now, while it is suspended between records
-                live.update(epoch=epoch, dataset=ds.state_dict())
                 while (window := packer.pop()) is not None:
                     yield window
             if stats["documents"] == 0:
                 raise RuntimeError("the streamed dataset yielded no training document")
-            epoch += 1
+            epoch, start = epoch + 1, None
 
 
 register(
@@ -207,5 +319,6 @@ register(
         training=HubStream,
         validation=validation_windows,
         pretokenize=pretokenize_chunks,
+        repartition=refuse_repartition,
     )
 )

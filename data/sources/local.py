@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from data.config import DataConfig
 from data.registry import DataSource, register
-from data.stream import TextStream, pretokenize_chunks, validation_windows
+from data.stream import TextStream, pretokenize_chunks, repartition, validation_windows
 from data.text_files import TextSource
 
 
@@ -23,6 +23,7 @@ register(
         training=TextStream,
         validation=validation_windows,
         pretokenize=pretokenize_chunks,
+        repartition=repartition,
         open_text=open_files,
         needs_paths=True,
     )
