@@ -3,6 +3,7 @@
     python -m eval.downstream runs/paper_3b-xielu                       # the paper's suite (Hub)
     python -m eval.downstream RUN --suite local --local-data ../shared/data/eval   # offline
     python -m eval.downstream RUN --tasks piqa hellaswag --limit 200
+    python -m eval.downstream RUN --device cpu --batch-size 32      # default: the GPU if present
 
 The model is the project's own (``eval/harness.py``), so every activation can be evaluated,
 exportable to transformers or not. The aggregate is the unweighted mean of the rows, as in the
@@ -14,7 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import time
 from pathlib import Path
+
+import torch
 
 # paper row -> [(lm-eval task, metric)], averaged within the row
 PAPER_SUITE = {
@@ -73,6 +77,8 @@ def evaluate(
     step: int | None = None,
     device: str = "cpu",
 ) -> dict:
+    """lm-eval's results for ``tasks`` on the run's checkpoint (the newest unless ``step``),
+    run on ``device`` ``batch_size`` requests at a time."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
@@ -98,8 +104,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--local-data", default="../shared/data/eval")
     parser.add_argument("--tasks", nargs="*", help="lm-eval task names instead of the suite")
     parser.add_argument("--limit", type=int, help="documents per task")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--step", type=int)
+    parser.add_argument("--batch-size", type=int, default=8, help="requests per forward")
+    parser.add_argument("--step", type=int, help="checkpoint step (default: the newest)")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="default: cuda when there is a GPU, else cpu",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args(argv)
 
@@ -113,9 +124,15 @@ def main(argv: list[str] | None = None) -> dict:
             include = tmp
             rows = {r: [(t, m) for t, m in ts if t in available] for r, ts in rows.items()}
         tasks = args.tasks or sorted({t for ts in rows.values() for t, _ in ts})
-        results = evaluate(args.run_dir, tasks, include, args.limit, args.batch_size, args.step)
+        started = time.perf_counter()
+        results = evaluate(
+            args.run_dir, tasks, include, args.limit, args.batch_size, args.step, args.device
+        )
+        seconds = time.perf_counter() - started
     lines, aggregate = table(results, rows)
     print("\n".join(lines))
+    score = "no aggregate" if aggregate is None else f"aggregate {aggregate:.1f}"
+    print(f"{args.run_dir}: {len(tasks)} task(s), {score}, in {seconds:.0f} s on {args.device}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
     return {"results": results, "aggregate": aggregate}

@@ -3,8 +3,9 @@
 Implements lm-eval's three request types on ``model.Llama`` with the run's tokenizer:
 ``loglikelihood`` (multiple choice), ``loglikelihood_rolling`` (perplexity tasks) and greedy
 ``generate_until`` (GSM8K, TriviaQA). A context is preceded by EOS, the token every training
-document follows, and is truncated from the left to the model's length. Generation recomputes
-the prefix each token (no KV cache): fine for evaluation-sized outputs of these models.
+document follows, and is truncated from the left to the model's length (for generation: to the
+length that leaves room for ``max_gen_toks``, as lm-eval's own Hugging Face model does).
+Generation decodes ``batch_size`` requests together with a KV cache (``model/sampling.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from lm_eval.api.model import LM
 from tqdm import tqdm
 
 from model import Llama
+from model.sampling import GREEDY, generate
 
 
 class ProjectLM(LM):
@@ -35,10 +37,13 @@ class ProjectLM(LM):
         )
 
     @torch.no_grad()
-    def _continuation_logprobs(self, pairs: list[tuple[list[int], list[int]]]):
+    def _continuation_logprobs(
+        self, pairs: list[tuple[list[int], list[int]]], progress: bool = False
+    ) -> list[tuple[float, bool]]:
         """For each (context ids, continuation ids): (sum log p(continuation), all greedy)."""
         out = []
-        for start in range(0, len(pairs), self.batch_size_per_call):
+        starts = range(0, len(pairs), self.batch_size_per_call)
+        for start in tqdm(starts, desc="loglikelihood", unit="batch", disable=not progress):
             chunk = pairs[start : start + self.batch_size_per_call]
             rows = []
             for ctx, cont in chunk:
@@ -65,7 +70,7 @@ class ProjectLM(LM):
             context, continuation = request.args
             # a leading space belongs to the continuation's first token, as BPE encodes it
             pairs.append((self._context_ids(context), self.tokenizer.encode(continuation)))
-        return self._continuation_logprobs(pairs)
+        return self._continuation_logprobs(pairs, progress=len(pairs) >= 10)
 
     def loglikelihood_rolling(self, requests) -> list[float]:
         results = []
@@ -79,27 +84,48 @@ class ProjectLM(LM):
             results.append(total)
         return results
 
-    @torch.no_grad()
     def generate_until(self, requests) -> list[str]:
         outputs = []
-        for request in tqdm(requests, desc="generate", disable=len(requests) < 10):
+        size = self.batch_size_per_call
+        bar = tqdm(total=len(requests), desc="generate", unit="request", disable=len(requests) < 10)
+        for start in range(0, len(requests), size):
+            outputs += self._generate_batch(requests[start : start + size])
+            bar.update(len(requests[start : start + size]))
+        bar.close()
+        return outputs
+
+    @torch.no_grad()
+    def _generate_batch(self, requests) -> list[str]:
+        """Greedy continuations of several requests, decoded together, each cut at the first of
+        its ``until`` strings and stopped after its ``max_gen_toks``."""
+        prompts, stops, limits = [], [], []
+        for request in requests:
             context, kwargs = request.args
             until = kwargs.get("until") or []
-            until = [until] if isinstance(until, str) else list(until)
-            max_new = int(kwargs.get("max_gen_toks", 256))
-            ids = self._context_ids(context)
-            new: list[int] = []
-            text = ""
-            for _ in range(max_new):
-                window = torch.tensor([(ids + new)[-self.max_length :]], device=self.device_)
-                token = int(self.model(window)[0, -1].argmax())
-                if token == self.tokenizer.eos_id:
-                    break
-                new.append(token)
-                text = self.tokenizer.decode(new)
-                if any(stop in text for stop in until):
-                    break
-            for stop in until:
-                text = text.split(stop)[0]
+            stops.append([until] if isinstance(until, str) else list(until))
+            limits.append(int(kwargs.get("max_gen_toks", 256)))
+            room = max(1, min(self.max_length - 1, self.max_length - limits[-1]))
+            prompts.append(self._context_ids(context)[-room:])
+
+        def stop(row: int, new: list[int]) -> bool:
+            if len(new) >= limits[row]:
+                return True
+            text = self.tokenizer.decode(new)
+            return any(s in text for s in stops[row])
+
+        generations = generate(
+            self.model,
+            prompts,
+            max(limits),
+            GREEDY,
+            eos_id=self.tokenizer.eos_id,
+            vocab_limit=self.tokenizer.vocab_size,
+            stop=stop,
+        )
+        outputs = []
+        for generation, until in zip(generations, stops, strict=True):
+            text = self.tokenizer.decode(generation.tokens)
+            for s in until:
+                text = text.split(s)[0]
             outputs.append(text)
         return outputs

@@ -1,7 +1,7 @@
 """Perplexity of a run's checkpoint on held-out data.
 
     python -m eval.perplexity runs/quickstart-xielu                  # its own validation slice
-    python -m eval.perplexity RUN --step 50 --batches 20 --batch-size 8
+    python -m eval.perplexity RUN --step 50 --batches 20 --batch-size 8 --device cpu
     python -m eval.perplexity RUN --data-paths '/data/other/*.parquet' --validation-documents 500
     torchrun --nproc_per_node=4 -m eval.perplexity RUN               # ranks split the documents
 
@@ -18,9 +18,11 @@ import itertools
 import json
 from dataclasses import replace
 
+import torch
+
 from data import build_validation_loader
 from training import distributed
-from training.loop import autocast_factory, use_bf16
+from training.parallelize import parallelize, plan_from_config
 from training.runs import load_trained_model
 from training.validation import validation_loss
 
@@ -32,13 +34,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("run_dir")
     parser.add_argument("--step", type=int, help="checkpoint step (default: the newest)")
     parser.add_argument("--batches", type=int, default=0, help="per rank; 0: the whole slice")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward")
+    parser.add_argument(
+        "--device", help="default: the GPU when there is one (each rank its own), else cpu"
+    )
     parser.add_argument("--data-paths", nargs="*", help="evaluate these local files instead")
     parser.add_argument("--validation-documents", type=int)
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
 
     env = distributed.init()
+    if args.device:
+        env = replace(env, device=torch.device(args.device))
     try:
         model, config, step = load_trained_model(args.run_dir, args.step, env.device)
         data = config.data
@@ -49,8 +56,9 @@ def main(argv: list[str] | None = None) -> dict:
         loader = build_validation_loader(data, args.batch_size, env.rank, env.world_size)
         batches = itertools.islice(loader, args.batches or None)
         shape = (args.batch_size, data.seq_len)
-        autocast = autocast_factory(use_bf16(config, env.device), env.device)
-        result = validation_loss(model, batches, env.device, shape, autocast, env.is_main)
+        plan = plan_from_config(config.trainer, env.device).for_evaluation()
+        model = parallelize(model, env, plan)  # the run's precision, an unwrapped copy per rank
+        result = validation_loss(model, batches, env.device, shape, model.autocast, env.is_main)
         if result["tokens"] == 0:
             raise SystemExit("no tokens to evaluate: the validation slice is empty")
         result = {"run_dir": str(args.run_dir), "step": step, **result}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from model.config import ModelConfig
+from model.kv_cache import LayerCache
 from xielu import get_activation
 
 
@@ -60,9 +60,21 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        mask: Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
         """``mask``: optional boolean [batch, 1, seq, seq], True where attending is allowed
-        (block-causal over packed documents); plain causal attention without it."""
+        (block-causal over packed documents); plain causal attention without it.
+
+        ``cache``: this layer's keys and values of the ``cache.start`` positions before ``x``
+        (``model/kv_cache.py``); ``cos``/``sin`` must then be the tables at ``x``'s own positions
+        (``start ... start + seq - 1``). The new keys and values are appended, and each new
+        query attends causally over the cached and the new ones."""
         batch, seq, dim = x.shape
 
         def heads(t: Tensor) -> Tensor:
@@ -72,11 +84,28 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if mask is None:
+        causal = mask is None
+        if cache is not None:
+            start = cache.start
+            k, v = cache.append(k, v)
+            if start and mask is None:
+                # SDPA's is_causal aligns the triangle top-left, which is wrong once the keys
+                # outnumber the queries; one new query needs no mask at all
+                causal = False
+                if seq > 1:
+                    mask = offset_causal_mask(start, seq, x.device)
+        if causal:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, dim))
+
+
+def offset_causal_mask(start: int, seq: int, device: torch.device) -> Tensor:
+    """Boolean [seq, start + seq]: query i (at position start + i) sees keys 0 ... start + i."""
+    queries = torch.arange(start, start + seq, device=device)
+    keys = torch.arange(start + seq, device=device)
+    return keys[None, :] <= queries[:, None]
 
 
 class MLP(nn.Module):
@@ -97,25 +126,22 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm residual block: attention, then MLP.
-
-    ``checkpointed = True`` recomputes the block in backward instead of keeping its
-    activations (the trainer's ``activation_checkpointing``); parameter names do not change.
-    """
+    """Pre-norm residual block: attention, then MLP."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.checkpointed = False
         self.input_layernorm = RMSNorm(config.dim, config.norm_eps)
         self.self_attn = Attention(config)
         self.post_attention_layernorm = RMSNorm(config.dim, config.norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None = None) -> Tensor:
-        if self.checkpointed and torch.is_grad_enabled():
-            return checkpoint(self._forward, x, cos, sin, mask, use_reentrant=False)
-        return self._forward(x, cos, sin, mask)
-
-    def _forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        mask: Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
         return x + self.mlp(self.post_attention_layernorm(x))

@@ -10,11 +10,13 @@ alpha_p = alpha_n = 0.8).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
 
 from model.config import ModelConfig
+from model.kv_cache import KVCache
 from model.layers import Block, RMSNorm, rope_tables
 from model.loss import linear_cross_entropy
 
@@ -48,7 +50,12 @@ class Llama(nn.Module):
                 nn.init.ones_(module.weight)
 
     def forward(
-        self, tokens: Tensor, targets: Tensor | None = None, document_ids: Tensor | None = None
+        self,
+        tokens: Tensor,
+        targets: Tensor | None = None,
+        document_ids: Tensor | None = None,
+        *,
+        cache: KVCache | None = None,
     ) -> Tensor:
         """Logits [batch, seq, vocab] for tokens [batch, seq]; with targets, the mean loss.
 
@@ -56,19 +63,37 @@ class Llama(nn.Module):
         ignored. ``document_ids`` [batch, seq] (from the data pipeline) restricts attention to
         each packed document; RoPE is relative, so a document then sees exactly what it would
         alone.
+
+        ``cache`` (decoding, ``model/kv_cache.py``): ``tokens`` continue the ``cache.length``
+        positions the cache already holds, so they sit at RoPE positions ``cache.length`` on and
+        attend over those; their keys and values are added to the cache.
         """
         seq = tokens.shape[1]
-        if seq > self.config.max_seq_len:
-            raise ValueError(f"sequence of {seq} tokens exceeds model.max_seq_len")
-        cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        start = 0
+        if cache is not None:
+            if document_ids is not None:
+                raise ValueError("decoding with a cache attends over one document: no document_ids")
+            start = cache.length
+            cache.check_room(seq)
+        if start + seq > self.config.max_seq_len:
+            raise ValueError(
+                f"sequence of {start + seq} tokens exceeds model.max_seq_len="
+                f"{self.config.max_seq_len}"
+            )
+        cos, sin = self.rope_cos[start : start + seq], self.rope_sin[start : start + seq]
         mask = None
         if document_ids is not None:
             causal = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
             same_doc = document_ids[:, :, None] == document_ids[:, None, :]
             mask = (causal & same_doc)[:, None]
         x = self.embed_tokens(tokens)
-        for layer in self.layers:
-            x = layer(x, cos, sin, mask)
+        for i, layer in enumerate(self.layers):
+            if cache is None:
+                x = layer(x, cos, sin, mask)
+            else:
+                x = layer(x, cos, sin, cache=cache.layer(i))
+        if cache is not None:
+            cache.advance(seq)
         x = self.norm(x)
         if targets is None:
             return self.lm_head(x)
@@ -82,11 +107,10 @@ class Llama(nn.Module):
 
         Empty dicts for activations without any (ReLU², SwiGLU).
         """
-        out = []
+        return [layer.mlp.act_fn.effective_scalars() for layer in self.layers]
+
+    def activation_scalar_parameters(self) -> Iterator[nn.Parameter]:
+        """Every layer's activation scalars (alphas, a trainable beta), as the activation
+        declares them: the optimizer keeps them out of weight decay."""
         for layer in self.layers:
-            act = layer.mlp.act_fn
-            scalars = getattr(act, "effective_scalars", None)
-            if scalars is None and hasattr(act, "gate_activation"):
-                scalars = act.gate_activation.effective_scalars
-            out.append(dict(scalars()) if scalars else {})
-        return out
+            yield from layer.mlp.act_fn.scalar_parameters()

@@ -8,7 +8,9 @@
 Each grid of the sweep file becomes one ``python train.py -m ...`` call; its ``sweep`` lists
 become Hydra's comma-separated sweep values, extra arguments are appended to every job. Under
 ``submitit_slurm`` each job gets ``nodes x tasks_per_node`` processes; the trainer reads its rank
-from SLURM's variables (``training/distributed.py``).
+from SLURM's variables (``training/distributed.py``). The ``basic`` launcher instead runs every
+job as its own ``python train.py ...`` process, one after another under a progress bar over the
+runs (the run directories are the same: ``trainer.run_dir`` does not depend on Hydra's multirun).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import argparse
 import itertools
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "configs" / "sweep"
@@ -67,6 +71,28 @@ def commands(sweep: dict, launcher: str, extra: list[str] = ()) -> list[list[str
     return out
 
 
+def run_one_by_one(name: str, jobs: list[list[str]]) -> int:
+    """Each job as its own ``train.py`` process, in order, under a bar over the runs; the first
+    failure stops the sweep (its exit code is returned)."""
+    started = time.perf_counter()
+    bar = tqdm(total=len(jobs), desc=f"sweep {name}", unit="run", file=sys.stderr)
+    failed = None
+    for job in jobs:
+        bar.clear()  # the run's own output starts on a clean line
+        if subprocess.run([sys.executable, "train.py", *job], cwd=ROOT).returncode:
+            failed = job
+            break
+        bar.update(1)
+    bar.close()
+    minutes = (time.perf_counter() - started) / 60
+    done = f"{bar.n}/{len(jobs)} runs finished in {minutes:.1f} min"
+    if failed is not None:
+        print(f"sweep {name}: {done}; stopped at the failed run: {' '.join(failed)}")
+        return 1
+    print(f"sweep {name}: {done}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -79,9 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         choices=["submitit_slurm", "submitit_local", "basic"],
     )
     parser.add_argument("--dry-run", action="store_true")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # overrides may follow --launcher
     sweep = load_sweep(args.sweep)
     jobs = expand(sweep, args.overrides)
+    if args.launcher == "basic":
+        if args.dry_run:
+            print(f"{len(jobs)} jobs, run one after another:")
+            for job in jobs:
+                print("$ train.py " + " ".join(job))
+            return 0
+        return run_one_by_one(args.sweep, jobs)
     cmds = commands(sweep, args.launcher, args.overrides)
     if args.dry_run:
         print(f"{len(jobs)} jobs in {len(cmds)} multirun call(s):")

@@ -91,3 +91,56 @@ def test_lm_eval_runs_the_local_tasks_and_the_table_aggregates(lm, tmp_path):
     assert len(lines) == 2 + 4 + 1 and 0 <= aggregate <= 100
     for task in tasks:
         assert task in results
+
+
+def test_generation_with_the_cache_equals_recomputing_the_prefix_each_token(lm):
+    contexts = ["Question: 2+2?\nAnswer:", "The capital of France is", "a b c"]
+    requests = [request(c, {"until": ["\n\n"], "max_gen_toks": 8}) for c in contexts]
+    expected = []
+    for context in contexts:  # the plain greedy loop the cache replaces
+        ids, new = lm._context_ids(context), []
+        for _ in range(8):
+            with torch.no_grad():
+                token = int(
+                    lm.model(torch.tensor([ids + new]))[0, -1, : lm.tokenizer.vocab_size].argmax()
+                )
+            if token == lm.tokenizer.eos_id:
+                break
+            new.append(token)
+            if "\n\n" in lm.tokenizer.decode(new):
+                break
+        expected.append(lm.tokenizer.decode(new).split("\n\n")[0])
+    assert lm.generate_until(requests) == expected
+
+
+def test_downstream_runs_the_model_on_the_device_and_batch_size_it_is_given(lm, monkeypatch):
+    import lm_eval
+    import lm_eval.tasks
+
+    import training.runs
+    from eval.downstream import main as downstream
+
+    seen = {}
+    config = SimpleNamespace(data=SimpleNamespace(tokenizer=TokenizerConfig("llama3")))
+
+    def load_trained_model(run_dir, step=None, device="cpu"):
+        seen["loaded_on"] = device
+        return lm.model, config, 7
+
+    def simple_evaluate(model, tasks, **kwargs):
+        seen["adapter"] = (model.device_, model.batch_size_per_call)
+        seen["parameters_on"] = {p.device.type for p in model.model.parameters()}
+        return {"results": {"piqa": {"acc,none": 0.5}}}
+
+    monkeypatch.setattr(training.runs, "load_trained_model", load_trained_model)
+    monkeypatch.setattr(lm_eval, "simple_evaluate", simple_evaluate)
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", lambda **kwargs: None)
+    out = downstream(["RUN", "--tasks", "piqa", "--device", "cpu", "--batch-size", "4"])
+    assert seen == {
+        "loaded_on": "cpu",
+        "adapter": (torch.device("cpu"), 4),
+        "parameters_on": {"cpu"},
+    }
+    assert out["aggregate"] == pytest.approx(50.0)
+    downstream(["RUN", "--tasks", "piqa"])
+    assert seen["loaded_on"] == ("cuda" if torch.cuda.is_available() else "cpu")

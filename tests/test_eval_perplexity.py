@@ -39,12 +39,16 @@ def test_the_whole_slice_and_an_older_checkpoint(trained):
 
 
 def test_a_run_exports_to_transformers_with_its_tokenizer_ids(trained, tmp_path):
+    from data import load_tokenizer
     from scripts.export_hf import main as export
+    from training.runs import run_config
 
     export([str(tmp_path), "--run-dir", str(trained), "--check"])
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["architectures"] == ["ArceeForCausalLM"]
-    assert (config["bos_token_id"], config["eos_token_id"]) == (1, 2)  # Tekken
+    tokenizer = load_tokenizer(run_config(trained).data.tokenizer)  # the run's own: bytes
+    ids = (config["bos_token_id"], config["eos_token_id"])
+    assert ids == (tokenizer.bos_id, tokenizer.eos_id) == (256, 257)
 
 
 def test_a_run_config_written_before_key_renames_still_loads(tmp_path):
@@ -62,3 +66,21 @@ def test_a_run_config_written_before_key_renames_still_loads(tmp_path):
     config = run_config(tmp_path)
     assert config.data.document_mask is True
     assert (config.trainer.compile, config.trainer.activation_checkpointing) == ("blocks", "none")
+
+
+def test_the_device_flag_reaches_the_model(trained, monkeypatch):
+    import torch
+
+    import eval.perplexity as module
+
+    devices = []
+
+    def spy(run_dir, step=None, device="cpu"):
+        devices.append(torch.device(device))
+        return load_trained_model(run_dir, step, device)
+
+    monkeypatch.setattr(module, "load_trained_model", spy)
+    result = perplexity([str(trained), "--batches", "1", "--batch-size", "2", "--device", "cpu"])
+    assert devices == [torch.device("cpu")] and result["tokens"] == 2 * 32
+    perplexity([str(trained), "--batches", "1", "--batch-size", "2"])
+    assert devices[-1].type == ("cuda" if torch.cuda.is_available() else "cpu")

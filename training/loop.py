@@ -31,6 +31,7 @@ from training.optim import build_optimizer
 from training.parallelize import parallelize, plan_from_config
 from training.preemption import EXIT_PREEMPTED, Preemption, requeue_or_exit_code
 from training.schedule import learning_rate
+from training.summary import run_summary
 from training.validation import validation_loss
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,11 @@ class Trainer:
             self.preemption.uninstall()
             if self.logger is not None:
                 self.logger.close()
+        if exit_code == 0 and env.is_main and self.step == t.steps:
+            summary = run_summary(
+                self.model.model, self.tokenizer, self.validation_batches, self.run_dir, self.config
+            )
+            print("\n".join(summary), flush=True)  # the user's closing screen, not a log line
         return exit_code
 
     # ----------------------------------------------------------------------------------------

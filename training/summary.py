@@ -1,0 +1,142 @@
+"""The lines a finished run closes with: did it learn, what does it write, what to run next.
+
+"Did it learn" compares the validation loss with the unigram entropy of the same validation
+targets: the loss of a model that knows each token's frequency and nothing else. A loss far
+below it means the model predicts from context; a loss near it means it has learned little
+more than the token histogram.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from model import Llama
+from model.hf import UnsupportedExportError, hf_activation_name, hf_model_type
+from model.sampling import SamplingConfig, document_start, generate
+from training.config import ExperimentConfig
+from training.validation import IGNORE_INDEX
+
+SAMPLE_PROMPT = "If the"
+SAMPLE_SAMPLING = SamplingConfig(temperature=0.5, top_k=20)
+SAMPLE_SEED = 0
+
+
+def unigram_entropy(batches: Iterable[dict]) -> float:
+    """H = -sum_t p(t) ln p(t), in nats per token, of the empirical distribution p of the
+    batches' targets (``IGNORE_INDEX`` excluded). ``nan`` when there are no targets."""
+    targets = [b["targets"][b["targets"] != IGNORE_INDEX].cpu() for b in batches]
+    if not targets or sum(t.numel() for t in targets) == 0:
+        return math.nan
+    _, counts = torch.unique(torch.cat(targets), return_counts=True)
+    p = counts.double() / counts.sum()
+    return float(-(p * p.log()).sum())
+
+
+def last_validation_loss(run_dir: str | Path) -> float | None:
+    """The newest ``val/loss`` the run logged to ``metrics.jsonl``."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    losses = [json.loads(line).get("val/loss") for line in path.read_text().splitlines()]
+    losses = [v for v in losses if v is not None]
+    return losses[-1] if losses else None
+
+
+def loss_line(val_loss: float | None, entropy: float, tokenizer_name: str) -> str:
+    """The loss beside the entropy; "predicts from context" once it is below 80% of it."""
+    if val_loss is None or not math.isfinite(entropy):
+        return "validation loss: none logged (trainer.eval_every=0?)"
+    unit = f" ({val_loss / math.log(2):.2f} bits per byte)" if tokenizer_name == "bytes" else ""
+    verdict = (
+        "the model predicts from context, not only from token frequencies"
+        if val_loss < 0.8 * entropy
+        else "little below what token frequencies alone give: train longer or with a higher lr"
+    )
+    return (
+        f"validation loss {val_loss:.3f} nats/token{unit} vs {entropy:.3f} for the unigram "
+        f"entropy of the same text: {verdict}"
+    )
+
+
+def sample_line(model: Llama, tokenizer, add_bos: bool, max_new_tokens: int) -> str:
+    """A seeded low-temperature continuation of ``SAMPLE_PROMPT``, as one line."""
+    if any(hasattr(p, "to_local") for p in model.parameters()):
+        # FSDP shards: a forward needs every rank, and this runs on rank 0 alone
+        return "sample: skipped (the model is sharded); use python -m eval.generate"
+    was_training = model.training
+    model.eval()
+    try:
+        bos = tokenizer.bos_id if add_bos else None
+        prompt = document_start(tokenizer.encode(SAMPLE_PROMPT), tokenizer.eos_id, bos)
+        # a compiled model would recompile for every cache length: run it eagerly
+        with torch.compiler.set_stance("force_eager"):
+            (generation,) = generate(
+                model,
+                [prompt],
+                max_new_tokens,
+                SAMPLE_SAMPLING,
+                eos_id=tokenizer.eos_id,
+                seed=SAMPLE_SEED,
+                vocab_limit=tokenizer.vocab_size,
+            )
+    except Exception as error:  # a finished run must not fail on its closing lines
+        return f"sample: not drawn ({type(error).__name__}: {error})"
+    finally:
+        model.train(was_training)
+    text = SAMPLE_PROMPT + tokenizer.decode(generation.tokens)
+    s = SAMPLE_SAMPLING
+    return f"sample (temperature {s.temperature}, top-k {s.top_k}): {json.dumps(text)}"
+
+
+def next_commands(run_dir: str | Path, config: ExperimentConfig) -> list[str]:
+    run = shlex.quote(str(run_dir))
+    prompt = shlex.quote(SAMPLE_PROMPT)
+    lines = [
+        "next:",
+        f"  plot the curves   python -m scripts.plot_curves {run}/curves.png {run}",
+        f"  evaluate          python -m eval.perplexity {run}",
+        f"  sample            python -m eval.generate {run} --prompt {prompt}",
+    ]
+    try:
+        hf_model_type(config.model)
+        hf_activation_name(config.model)
+        lines.append(
+            f"  export            python -m scripts.export_hf {run}/hf --run-dir {run} --check"
+        )
+    except UnsupportedExportError:
+        lines.append(f"  export            ({config.model.activation} has no transformers class)")
+    lines.append(
+        "  the paper's runs  torchrun --nproc_per_node=4 train.py experiment=paper_1b "
+        f"activation={config.model.activation} data.paths='[/path/to/fineweb-edu/*.parquet]'"
+    )
+    return lines
+
+
+def run_summary(
+    model: Llama,
+    tokenizer,
+    validation_batches: list[dict] | None,
+    run_dir: str | Path,
+    config: ExperimentConfig,
+    val_loss: float | None = None,
+    max_new_tokens: int = 100,
+) -> list[str]:
+    """The closing lines of a run (rank 0 only: no collectives).
+
+    ``model`` is the bare ``Llama``; ``val_loss`` defaults to the newest one in the run's
+    ``metrics.jsonl``; the entropy is that of ``validation_batches``' targets.
+    """
+    if val_loss is None:
+        val_loss = last_validation_loss(run_dir)
+    entropy = unigram_entropy(validation_batches or [])
+    return [
+        loss_line(val_loss, entropy, tokenizer.name),
+        sample_line(model, tokenizer, config.data.tokenizer.add_bos, max_new_tokens),
+        *next_commands(run_dir, config),
+    ]
