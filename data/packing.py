@@ -7,10 +7,12 @@ not-yet-emitted tokens, which goes into the checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, MutableMapping
 
 import numpy as np
 import torch
+
+from data.tokenizers import Tokenizer, encode_document
 
 # targets the loss skips: torch's cross-entropy default, which model.loss uses as well
 IGNORE_INDEX = -100
@@ -73,6 +75,24 @@ def pack(documents: Iterable, packer: Packer) -> Iterator[dict[str, torch.Tensor
         while (window := packer.pop()) is not None:
             yield window
     yield from packer.flush()
+
+
+def pack_document(
+    packer: Packer, tokenizer: Tokenizer, text: str, add_bos: bool, stats: MutableMapping[str, int]
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Encode one training document, count it, add it to ``packer``; yield the windows it fills.
+
+    The one step every text-reading training stream shares (``data.stream``, ``fineweb_edu``),
+    kept in one place so the streams cannot drift apart by a token. The counters are updated
+    before the first window is yielded: a ``state_dict()`` taken while the stream is suspended
+    on a window already counts the document whose tokens are in the packer's buffer.
+    """
+    ids = encode_document(tokenizer, text, add_bos)
+    stats["documents"] += 1
+    stats["tokens"] += len(ids)
+    packer.add(ids)
+    while (window := packer.pop()) is not None:
+        yield window
 
 
 def document_index(inputs: torch.Tensor, eos_id: int) -> torch.Tensor:

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from data.config import DataConfig
-from data.packing import Packer, pack
+from data.packing import Packer, pack, pack_document
 from data.registry import get_source
 from data.repartition import deal, merge_buffers, merge_stats, new_identity, switch_epoch
 from data.resume import ResumableStream
@@ -141,12 +141,7 @@ class TextStream(ResumableStream):
                 if text is None:
                     stats[skipped] += 1
                     continue
-                ids = encode_document(tokenizer, text, c.tokenizer.add_bos)
-                stats["documents"] += 1
-                stats["tokens"] += len(ids)
-                packer.add(ids)
-                while (window := packer.pop()) is not None:
-                    yield window
+                yield from pack_document(packer, tokenizer, text, c.tokenizer.add_bos, stats)
 
         epoch = cursor["epoch"]
         row = cursor.get("carry_row", 0)

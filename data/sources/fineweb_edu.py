@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from data.config import DataConfig
-from data.packing import Packer, pack
+from data.packing import Packer, pack, pack_document
 from data.registry import DataSource, register
 from data.repartition import CannotRepartitionError
 from data.resume import ResumableStream
@@ -301,12 +301,7 @@ class HubStream(ResumableStream):
                 if text is None:
                     stats["skipped"] += 1
                     continue
-                ids = encode_document(tokenizer, text, c.tokenizer.add_bos)
-                stats["documents"] += 1
-                stats["tokens"] += len(ids)
-                packer.add(ids)
-                while (window := packer.pop()) is not None:
-                    yield window
+                yield from pack_document(packer, tokenizer, text, c.tokenizer.add_bos, stats)
             if stats["documents"] == 0:
                 raise RuntimeError("the streamed dataset yielded no training document")
             epoch, start = epoch + 1, None
