@@ -12,7 +12,7 @@ pytest.importorskip("triton")
 from xielu.fused import formulas, triton_kernels
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-BLOCK = triton_kernels.BLOCK_SIZE
+BLOCK = triton_kernels.config_for(torch.float32).block
 # The kernels compare x with eps in fp32; the float64 reference must use the same threshold, or
 # the one input equal to fp32(-1e-6) falls on different sides of it.
 EPS = float(torch.tensor(-1e-6, dtype=torch.float32))
@@ -116,3 +116,43 @@ def test_module_runs_on_the_triton_backend_end_to_end():
     reference(xr).sum().backward()
     torch.testing.assert_close(x.grad, xr.grad, rtol=2e-6, atol=1e-6)
     torch.testing.assert_close(module.alpha_n.grad, reference.alpha_n.grad, rtol=1e-5, atol=1e-4)
+
+
+# Launch shapes a tuning run may choose: several blocks per program, with programs whose last
+# steps run past the end of the tensor; the partials then need more than one reduction step.
+CONFIGS = [
+    triton_kernels.KernelConfig(block=128, warps=2, blocks_per_program=3),
+    triton_kernels.KernelConfig(block=64, warps=1, blocks_per_program=16),
+    triton_kernels.KernelConfig(block=32, warps=1, blocks_per_program=1),
+]
+
+
+@pytest.mark.parametrize("kind", ["xielu", "xiprelu"])
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_every_launch_shape_computes_the_same_function(kind, config):
+    x = _tensor((5, 3001), torch.float32, seed=21)  # 15005: no shape divides it
+    grad = _tensor((5, 3001), torch.float32, seed=22)
+    alpha_p = torch.tensor([0.6], device=DEVICE)
+    alpha_n = torch.tensor([1.3], device=DEVICE)
+    y = triton_kernels.forward(x, alpha_p, alpha_n, 0.5, EPS, kind, config)
+    dx, dap, dan = triton_kernels.backward(grad, x, alpha_p, alpha_n, 0.5, EPS, kind, config)
+    ry, rdx, rdap, rdan = _reference(kind, x, grad, alpha_p, alpha_n)
+    torch.testing.assert_close(y.cpu().double(), ry, rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(dx.cpu().double(), rdx, rtol=2e-6, atol=1e-6)
+    scale = x.numel() ** 0.5
+    torch.testing.assert_close(dap.cpu().double(), rdap, rtol=1e-5, atol=1e-5 * scale)
+    torch.testing.assert_close(dan.cpu().double(), rdan, rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_an_empty_input_has_zero_alpha_gradients():
+    x = torch.empty(0, 7, device=DEVICE)
+    alpha = torch.tensor([0.8], device=DEVICE)
+    dx, dap, dan = triton_kernels.backward(x, x, alpha, alpha, 0.5, EPS, "xielu")
+    assert dx.shape == x.shape
+    assert dap.item() == 0.0 and dan.item() == 0.0
+
+
+@pytest.mark.parametrize("field,value", [("block", 1000), ("warps", 3), ("blocks_per_program", 0)])
+def test_kernel_config_rejects_impossible_launch_shapes(field, value):
+    with pytest.raises(ValueError, match=field):
+        triton_kernels.KernelConfig(**{field: value})

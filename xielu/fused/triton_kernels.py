@@ -1,24 +1,71 @@
 """Triton kernels for the piecewise quadratic family (xIELU, xIPReLU) on CUDA tensors.
 
-One pass each way. The forward reads x and writes y. The backward reads grad and x, writes dx and
-one partial sum per program for each alpha gradient; the partials are then added by ``torch.sum``
-in a fixed order, so the alpha gradients are deterministic (no atomics) run to run.
+One pass each way over the big tensors. The forward reads x and writes y. The backward reads
+grad and x, writes dx and one partial sum per program for each alpha gradient; a second, tiny
+kernel adds the partials in a fixed order into the two alpha gradients. No atomics, so the alpha
+gradients are bit-identical run to run, which bit-exact resume needs.
+
+Launch shapes come from :data:`CONFIGS` (per storage dtype), fixed rather than autotuned: the
+backward's reduction order depends on the shape, and a timing-based choice could differ between
+the run that wrote a checkpoint and the run that resumes it. ``python -m scripts.tune_kernels``
+measures the candidates on a GPU.
 
 The kernels are plain ``tl`` arithmetic with no libdevice calls, so Triton's interpreter
 (``TRITON_INTERPRET=1``) runs them on CPU tensors, which is how they are tested without a GPU.
-Math is fp32 whatever the storage dtype (bf16, fp16, fp32).
+Math is fp32 whatever the storage dtype (bf16, fp16, fp32). Each program's start is a 64-bit
+scalar and the per-element offsets are 32-bit, so tensors past 2^31 elements are addressed
+correctly without 64-bit arithmetic on every element.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-BLOCK_SIZE = 2048
-NUM_WARPS = 8
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """How the kernels are launched.
+
+    Attributes:
+        block: elements per program and loop step (a power of two).
+        warps: warps per program.
+        blocks_per_program: backward only: blocks one program walks through, summing the alpha
+            gradients in registers, so that there is one cross-warp reduction and one partial
+            per ``block * blocks_per_program`` elements.
+    """
+
+    block: int = 2048
+    warps: int = 8
+    blocks_per_program: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("block", "warps"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"KernelConfig.{name}={value} must be a power of two")
+        if self.blocks_per_program < 1:
+            raise ValueError(f"blocks_per_program={self.blocks_per_program} must be >= 1")
+
+
+# The launch shape measured on an H100 before the kernels were restructured (block 2048, 8
+# warps); `python -m scripts.tune_kernels` prints the best candidates per dtype to put here.
+CONFIGS: dict[torch.dtype, KernelConfig] = {
+    torch.bfloat16: KernelConfig(),
+    torch.float16: KernelConfig(),
+    torch.float32: KernelConfig(),
+}
 _KINDS = {"xielu": 0, "xiprelu": 1}
+# partial sums added per step of the final reduction
+_REDUCE_BLOCK = 1024
+
+
+def config_for(dtype: torch.dtype) -> KernelConfig:
+    return CONFIGS.get(dtype, KernelConfig())
 
 
 @triton.jit
@@ -53,9 +100,10 @@ def _forward_kernel(
     KIND: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    start = tl.program_id(0).to(tl.int64) * BLOCK
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < tl.minimum(n_elements - start, BLOCK).to(tl.int32)
+    x = tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
     # Alphas are read from device memory so that no host synchronisation is needed.
     ap = tl.load(alpha_p_ptr).to(tl.float32)
     an = tl.load(alpha_n_ptr).to(tl.float32)
@@ -65,7 +113,7 @@ def _forward_kernel(
     else:
         negative = (an * x + beta) * x
     y = tl.where(x > 0, positive, negative)
-    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + start + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -73,8 +121,8 @@ def _backward_kernel(
     grad_ptr,
     x_ptr,
     dx_ptr,
-    partial_p_ptr,
-    partial_n_ptr,
+    partials_ptr,
+    n_programs,
     alpha_p_ptr,
     alpha_n_ptr,
     n_elements,
@@ -82,45 +130,73 @@ def _backward_kernel(
     eps,
     KIND: tl.constexpr,
     BLOCK: tl.constexpr,
+    BLOCKS_PER_PROGRAM: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    offsets = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(grad_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     ap = tl.load(alpha_p_ptr).to(tl.float32)
     an = tl.load(alpha_n_ptr).to(tl.float32)
-    positive = x > 0
-    square = x * x
-    if KIND == 0:
-        em1 = _expm1(tl.minimum(x, eps))
-        # clamp passes the gradient at x == eps itself, like torch's autograd of clamp(max=eps);
-        # "not above eps" also sends a NaN input to a NaN slope, as in formulas.py
-        slope_n = an * (tl.where(x > eps, 0.0, em1 + 1.0) - 1.0) + beta
-        integral_n = em1 - x
-    else:
-        slope_n = 2.0 * an * x + beta
-        integral_n = square
-    slope = tl.where(positive, 2.0 * ap * x + beta, slope_n)
-    tl.store(dx_ptr + offsets, (g * slope).to(dx_ptr.dtype.element_ty), mask=mask)
-    # Masked lanes loaded x = g = 0, so they add exactly 0 to both sums.
-    tl.store(partial_p_ptr + pid, tl.sum(tl.where(positive, g * square, 0.0), axis=0))
-    tl.store(partial_n_ptr + pid, tl.sum(tl.where(positive, 0.0, g * integral_n), axis=0))
+    offsets = tl.arange(0, BLOCK)
+    sum_p = tl.zeros([BLOCK], dtype=tl.float32)
+    sum_n = tl.zeros([BLOCK], dtype=tl.float32)
+    for step in range(BLOCKS_PER_PROGRAM):
+        start = (pid.to(tl.int64) * BLOCKS_PER_PROGRAM + step) * BLOCK
+        # past the end (the last program's spare steps) the mask is all false
+        mask = offsets < tl.maximum(tl.minimum(n_elements - start, BLOCK), 0).to(tl.int32)
+        x = tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(grad_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
+        positive = x > 0
+        square = x * x
+        if KIND == 0:
+            em1 = _expm1(tl.minimum(x, eps))
+            # clamp passes the gradient at x == eps itself, like torch's autograd of
+            # clamp(max=eps); "not above eps" also sends a NaN input to a NaN slope, as in
+            # formulas.py
+            slope_n = an * (tl.where(x > eps, 0.0, em1 + 1.0) - 1.0) + beta
+            integral_n = em1 - x
+        else:
+            slope_n = 2.0 * an * x + beta
+            integral_n = square
+        slope = tl.where(positive, 2.0 * ap * x + beta, slope_n)
+        tl.store(dx_ptr + start + offsets, (g * slope).to(dx_ptr.dtype.element_ty), mask=mask)
+        # Masked lanes loaded x = g = 0, so they add exactly 0 to both sums.
+        sum_p += tl.where(positive, g * square, 0.0)
+        sum_n += tl.where(positive, 0.0, g * integral_n)
+    tl.store(partials_ptr + pid, tl.sum(sum_p, axis=0))
+    tl.store(partials_ptr + n_programs + pid, tl.sum(sum_n, axis=0))
 
 
-def _grid(n: int) -> tuple[int]:
-    return (triton.cdiv(n, BLOCK_SIZE),)
+@triton.jit
+def _sum_partials_kernel(
+    partials_ptr, n_programs, d_alpha_p_ptr, d_alpha_n_ptr, BLOCK: tl.constexpr
+):
+    # One program, a fixed order: the same partials always give the same bits.
+    sum_p = tl.zeros([BLOCK], dtype=tl.float32)
+    sum_n = tl.zeros([BLOCK], dtype=tl.float32)
+    for first in range(0, n_programs, BLOCK):
+        offsets = first + tl.arange(0, BLOCK)
+        mask = offsets < n_programs
+        sum_p += tl.load(partials_ptr + offsets, mask=mask, other=0.0)
+        sum_n += tl.load(partials_ptr + n_programs + offsets, mask=mask, other=0.0)
+    tl.store(d_alpha_p_ptr, tl.sum(sum_p, axis=0).to(d_alpha_p_ptr.dtype.element_ty))
+    tl.store(d_alpha_n_ptr, tl.sum(sum_n, axis=0).to(d_alpha_n_ptr.dtype.element_ty))
 
 
 def forward(
-    x: Tensor, alpha_p: Tensor, alpha_n: Tensor, beta: float, eps: float, kind: str
+    x: Tensor,
+    alpha_p: Tensor,
+    alpha_n: Tensor,
+    beta: float,
+    eps: float,
+    kind: str,
+    config: KernelConfig | None = None,
 ) -> Tensor:
     # Kernels index a flat, contiguous buffer; a strided input is copied once here.
     x = x.contiguous()
     y = torch.empty_like(x)
     n = x.numel()
+    config = config or config_for(x.dtype)
     if n:
-        _forward_kernel[_grid(n)](
+        _forward_kernel[(triton.cdiv(n, config.block),)](
             x,
             y,
             alpha_p,
@@ -129,38 +205,52 @@ def forward(
             beta,
             eps,
             KIND=_KINDS[kind],
-            BLOCK=BLOCK_SIZE,
-            num_warps=NUM_WARPS,
+            BLOCK=config.block,
+            num_warps=config.warps,
         )
     return y
 
 
 def backward(
-    grad: Tensor, x: Tensor, alpha_p: Tensor, alpha_n: Tensor, beta: float, eps: float, kind: str
+    grad: Tensor,
+    x: Tensor,
+    alpha_p: Tensor,
+    alpha_n: Tensor,
+    beta: float,
+    eps: float,
+    kind: str,
+    config: KernelConfig | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
+    """dx and the two alpha gradients (separate tensors: a custom op may not return views)."""
     x = x.contiguous()
     grad = grad.contiguous()
     dx = torch.empty_like(x)
     n = x.numel()
-    programs = triton.cdiv(n, BLOCK_SIZE)
-    partials = torch.zeros(2, max(programs, 1), device=x.device, dtype=torch.float32)
-    if n:
-        _backward_kernel[(programs,)](
-            grad,
-            x,
-            dx,
-            partials[0],
-            partials[1],
-            alpha_p,
-            alpha_n,
-            n,
-            beta,
-            eps,
-            KIND=_KINDS[kind],
-            BLOCK=BLOCK_SIZE,
-            num_warps=NUM_WARPS,
-        )
-    # two separate reductions: custom ops may not return views of one another
-    d_alpha_p = partials[0].sum().reshape(1).to(alpha_p.dtype)
-    d_alpha_n = partials[1].sum().reshape(1).to(alpha_n.dtype)
+    # written by the reduction kernel below (no fill launched), or zero for an empty input
+    new_gradient = torch.empty if n else torch.zeros
+    d_alpha_p = new_gradient(1, device=x.device, dtype=alpha_p.dtype)
+    d_alpha_n = new_gradient(1, device=x.device, dtype=alpha_n.dtype)
+    if not n:
+        return dx, d_alpha_p, d_alpha_n
+    config = config or config_for(x.dtype)
+    programs = triton.cdiv(n, config.block * config.blocks_per_program)
+    # every program writes its two partials, so no zero fill is needed
+    partials = torch.empty(2 * programs, device=x.device, dtype=torch.float32)
+    _backward_kernel[(programs,)](
+        grad,
+        x,
+        dx,
+        partials,
+        programs,
+        alpha_p,
+        alpha_n,
+        n,
+        beta,
+        eps,
+        KIND=_KINDS[kind],
+        BLOCK=config.block,
+        BLOCKS_PER_PROGRAM=config.blocks_per_program,
+        num_warps=config.warps,
+    )
+    _sum_partials_kernel[(1,)](partials, programs, d_alpha_p, d_alpha_n, BLOCK=_REDUCE_BLOCK)
     return dx, d_alpha_p, d_alpha_n
