@@ -2,6 +2,9 @@
 
     python scripts/bench_throughput.py                         # small model, CPU, fp32
     python scripts/bench_throughput.py --preset paper_1b --batch 5 --seq 4096 --bf16 --compile
+    # choose a run's settings: every combination, each activation at each
+    python -m scripts.bench_throughput --preset paper_1b --seq 4096 --bf16 --batch 4 5 6 \
+        --compile blocks model --checkpointing none selective full --activations relu2 xielu
 
 Every activation trains the same model at matched size (plain MLPs 1.5x wider than gated ones,
 ``model/config.py``) with the trainer's recipe: fp32 weights, bf16 autocast when ``--bf16``,
@@ -15,14 +18,19 @@ share of the GPU's memory as the paper reports it; GPUs only (a CPU process's re
 says more about the allocator than about the model). Each activation runs in a fresh process,
 so no allocator cache or compiled graph carries over between rows.
 
-Times are medians, printed as ratios to ReLU² beside the paper's GH200 numbers (4 GPUs, its
-xIELU/xIPReLU unfused under ``torch.compile``). Results are printed, never asserted.
+Times are medians, printed as ratios to ReLU² at the same settings beside the paper's GH200
+numbers (4 GPUs, its xIELU/xIPReLU unfused under ``torch.compile``). ``--batch``, ``--compile``
+and ``--checkpointing`` take several values; every combination is a group of rows, an
+out-of-memory one a row that says so, and the closing lines name each activation's fastest
+settings. Results are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -35,7 +43,19 @@ from training.parallelize import CHECKPOINTING, COMPILE_SCOPES
 BASELINE = "relu2"
 
 
-def measure(activation: str, args: argparse.Namespace) -> dict:
+@dataclass(frozen=True)
+class Settings:
+    """The run settings one group of rows is measured at."""
+
+    batch: int
+    compile: str
+    checkpointing: str
+
+    def __str__(self) -> str:
+        return f"batch {self.batch}, compile {self.compile}, checkpointing {self.checkpointing}"
+
+
+def measure(activation: str, settings: Settings, args: argparse.Namespace) -> dict:
     """One activation's row, measured in this (fresh) process, through the trainer's code."""
     from model import Llama, training_flops_per_token
     from model.presets import load_preset
@@ -49,20 +69,16 @@ def measure(activation: str, args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     torch.manual_seed(0)
     config = load_preset(args.preset, activation=activation, **model_overrides(args))
-    row = {
-        "activation": activation,
-        "mlp_hidden": config.hidden,
-        "batch": args.batch,
-        "checkpointing": args.checkpointing,
-    }
-    plan = ParallelPlan(bf16=args.bf16, checkpointing=args.checkpointing)  # compiled below
+    row = {"activation": activation, "mlp_hidden": config.hidden, **asdict(settings)}
+    batch = settings.batch
+    plan = ParallelPlan(bf16=args.bf16, checkpointing=settings.checkpointing)  # compiled below
     cuda = device.type == "cuda"
     try:
         model = Llama(config).to(device)
         row["parameters_m"] = sum(p.numel() for p in model.parameters()) / 1e6
         training = parallelize(model, Env(0, 1, 0, device), plan)
         optimizer = build_optimizer(model, OptimConfig(), device)
-        tokens = torch.randint(0, config.vocab_size, (args.batch, args.seq + 1), device=device)
+        tokens = torch.randint(0, config.vocab_size, (batch, args.seq + 1), device=device)
 
         def forward() -> torch.Tensor:
             with training.autocast():
@@ -74,7 +90,7 @@ def measure(activation: str, args: argparse.Namespace) -> dict:
             optimizer.zero_grad(set_to_none=True)
 
         saved = saved_bytes(forward)  # measured eager: compile changes what autograd sees
-        apply_compile(model, args.compile)  # what parallelize does for trainer.compile
+        apply_compile(model, settings.compile)  # what parallelize does for trainer.compile
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         ms = median_ms(iteration, device, args.warmup, args.repeats)
@@ -82,7 +98,7 @@ def measure(activation: str, args: argparse.Namespace) -> dict:
         return {**row, "oom": True}
     peak = torch.cuda.max_memory_allocated(device) if cuda else None
     total = torch.cuda.get_device_properties(device).total_memory if cuda else None
-    tokens_per_s = args.batch * args.seq / (ms / 1e3)
+    tokens_per_s = batch * args.seq / (ms / 1e3)
     peak_flops = device_peak_flops(device)
     flops_per_token = training_flops_per_token(config, args.seq)
     return {
@@ -107,59 +123,81 @@ def model_overrides(args: argparse.Namespace) -> dict:
     return overrides
 
 
-def measure_in_fresh_process(activation: str, args: argparse.Namespace) -> dict:
+def measure_in_fresh_process(activation: str, settings: Settings, args) -> dict:
     context = multiprocessing.get_context("spawn")
     with context.Pool(1, maxtasksperchild=1) as pool:
-        return pool.apply(measure, (activation, args))
+        return pool.apply(measure, (activation, settings, args))
 
 
 def table(rows: list[dict]) -> list[str]:
+    """One group of rows per settings, in the order measured; ratios within a group."""
     paper = {row.activation: row for row in EFFICIENCY_TABLE}
-    measured = [r for r in rows if not r["oom"]]
-    base = next((r for r in measured if r["activation"] == BASELINE), None)
     paper_base = paper[BASELINE].ms_per_iteration
-    body = []
-    for r in sorted(measured, key=lambda r: -r["ms_per_iteration"]):
-        ref = paper.get(r["activation"])
-        peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.2f} ({r['peak_percent']:.0f}%)"
-        body.append(
-            [
-                r["activation"],
-                str(r["mlp_hidden"]),
-                f"{r['parameters_m']:.1f}",
-                f"{r['saved_gib']:.3f}",
-                peak,
-                f"{r['ms_per_iteration']:.1f}",
-                f"{r['ms_per_iteration'] / base['ms_per_iteration']:.3f}" if base else "-",
-                f"{r['tokens_per_s']:.0f}",
-                "-" if r["mfu"] is None else f"{r['mfu']:.1%}",
-                f"{ref.ms_per_iteration:.0f}" if ref else "-",
-                f"{ref.ms_per_iteration / paper_base:.3f}" if ref else "-",
-            ]
-        )
+    groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        if r["oom"]:
-            hint = (
-                "try --checkpointing" if r["checkpointing"] == "none" else "try a smaller --batch"
+        groups.setdefault((r["batch"], r["compile"], r["checkpointing"]), []).append(r)
+    body = []
+    for (batch, compile_scope, checkpointing), group in groups.items():
+        settings = [str(batch), compile_scope, checkpointing]
+        measured = [r for r in group if not r["oom"]]
+        base = next((r for r in measured if r["activation"] == BASELINE), None)
+        for r in sorted(measured, key=lambda r: -r["ms_per_iteration"]):
+            ref = paper.get(r["activation"])
+            peak = (
+                "-" if r["peak_gib"] is None else f"{r['peak_gib']:.2f} ({r['peak_percent']:.0f}%)"
             )
             body.append(
-                [r["activation"], str(r["mlp_hidden"]), f"OOM at batch {r['batch']}: {hint}"]
+                [
+                    r["activation"],
+                    *settings,
+                    str(r["mlp_hidden"]),
+                    f"{r['parameters_m']:.1f}",
+                    f"{r['saved_gib']:.3f}",
+                    peak,
+                    f"{r['ms_per_iteration']:.1f}",
+                    f"{r['ms_per_iteration'] / base['ms_per_iteration']:.3f}" if base else "-",
+                    f"{r['tokens_per_s']:.0f}",
+                    "-" if r["mfu"] is None else f"{r['mfu']:.1%}",
+                    f"{ref.ms_per_iteration:.0f}" if ref else "-",
+                    f"{ref.ms_per_iteration / paper_base:.3f}" if ref else "-",
+                ]
             )
-            body[-1] += ["-"] * (11 - len(body[-1]))
-    header = [
-        "activation",
-        "MLP hidden",
-        "params (M)",
-        "saved GiB",
-        "peak GiB",
-        "ms/iter",
-        f"x {BASELINE}",
-        "tokens/s",
-        "MFU",
-        "paper ms/iter",
-        f"paper x {BASELINE}",
-    ]
-    return markdown(header, body)
+        for r in group:
+            if r["oom"]:
+                hint = "try --checkpointing" if checkpointing == "none" else "try a smaller --batch"
+                body.append([r["activation"], *settings, f"OOM at batch {batch}: {hint}"])
+                body[-1] += ["-"] * (len(HEADER) - len(body[-1]))
+    return markdown(HEADER, body)
+
+
+HEADER = [
+    "activation",
+    "batch",
+    "compile",
+    "checkpointing",
+    "MLP hidden",
+    "params (M)",
+    "saved GiB",
+    "peak GiB",
+    "ms/iter",
+    f"x {BASELINE}",
+    "tokens/s",
+    "MFU",
+    "paper ms/iter",
+    f"paper x {BASELINE}",
+]
+
+
+def fastest_settings(rows: list[dict]) -> dict[str, dict]:
+    """Per activation, the row with the most tokens per second (out-of-memory rows excluded)."""
+    best: dict[str, dict] = {}
+    for r in rows:
+        if r["oom"]:
+            continue
+        current = best.get(r["activation"])
+        if current is None or r["tokens_per_s"] > current["tokens_per_s"]:
+            best[r["activation"]] = r
+    return best
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -170,25 +208,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--dim", type=int, default=384, help="override the tiny preset")
     parser.add_argument("--layers", type=int, default=4, help="override the tiny preset")
     parser.add_argument("--vocab-size", type=int, default=None, help="default: the preset's")
-    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--batch", type=int, nargs="+", default=[4], help="micro batch(es)")
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast, as the trainer")
     parser.add_argument(
         "--compile",
-        nargs="?",
-        const="blocks",
-        default="none",
+        nargs="*",
+        default=["none"],
         choices=COMPILE_SCOPES,
-        help="torch.compile each block (bare flag) or the whole model (--compile model)",
+        help="torch.compile each block (bare flag: blocks) or the whole model (model)",
     )
     parser.add_argument(
         "--checkpointing",
-        nargs="?",
-        const="full",
-        default="none",
+        nargs="*",
+        default=["none"],
         choices=CHECKPOINTING,
-        help="activation checkpointing: full (bare flag) or selective",
+        help="activation checkpointing: none, full (bare flag) or selective",
     )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
@@ -197,24 +233,38 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     parser.add_argument("--csv", type=Path)
     args = parser.parse_args(argv)
+    args.compile = args.compile or ["blocks"]
+    args.checkpointing = args.checkpointing or ["full"]
     if BASELINE not in args.activations:
         args.activations.append(BASELINE)
     if args.preset == "tiny" and args.vocab_size is None:
         args.vocab_size = 8192
 
+    grid = [
+        Settings(batch, compile_scope, checkpointing)
+        for batch, compile_scope, checkpointing in itertools.product(
+            args.batch, args.compile, args.checkpointing
+        )
+    ]
     print(
-        f"{args.preset}: batch {args.batch} x {args.seq} tokens on {args.device}, "
-        f"{'bf16 autocast' if args.bf16 else 'fp32'}, "
-        f"compile: {args.compile}, activation checkpointing: {args.checkpointing}; "
-        f"median of {args.repeats} iterations (forward+loss+backward+AdamW)\n"
+        f"{args.preset}: {args.seq} tokens per sequence on {args.device}, "
+        f"{'bf16 autocast' if args.bf16 else 'fp32'}; median of {args.repeats} iterations "
+        "(forward+loss+backward+AdamW), each activation and settings in a fresh process\n"
     )
     rows = []
-    for activation in args.activations:
-        rows.append(measure_in_fresh_process(activation, args))
-        ms = "out of memory" if rows[-1]["oom"] else f"{rows[-1]['ms_per_iteration']:.1f} ms"
-        print(f"  {activation}: {ms}", flush=True)
+    for settings in grid:
+        for activation in args.activations:
+            rows.append(measure_in_fresh_process(activation, settings, args))
+            ms = "out of memory" if rows[-1]["oom"] else f"{rows[-1]['ms_per_iteration']:.1f} ms"
+            print(f"  {activation}, {settings}: {ms}", flush=True)
     print()
     print("\n".join(table(rows)))
+    if len(grid) > 1:
+        print("\nfastest settings per activation:")
+        for activation, r in fastest_settings(rows).items():
+            mfu = "" if r["mfu"] is None else f", MFU {r['mfu']:.1%}"
+            settings = Settings(r["batch"], r["compile"], r["checkpointing"])
+            print(f"  {activation}: {settings}: {r['tokens_per_s']:.0f} tokens/s{mfu}")
     if args.csv:
         write_csv(rows, args.csv)
     return rows

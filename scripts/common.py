@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -17,22 +18,38 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def median_ms(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> float:
-    """Median wall time of ``fn`` in milliseconds, after ``warmup`` untimed calls.
+def median_ms(
+    fn: Callable[[], object],
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    min_sample_ms: float = 0.0,
+) -> float:
+    """Median time of one ``fn`` call in milliseconds, after ``warmup`` untimed calls.
 
-    The device is synchronised around every call, so CUDA's asynchronous launches are timed to
-    their end, not to their queueing.
+    The device is synchronised around every sample, so CUDA's asynchronous launches are timed to
+    their end, not to their queueing. With ``min_sample_ms`` a sample is as many back-to-back
+    calls as last that long, divided by their number: while one call's kernels run, the next
+    call's Python and launches are already queued, as they are in a training step, where the
+    CPU runs ahead of the GPU. Timed one call at a time, a millisecond kernel would also be
+    charged the launch overhead the GPU waits for, which no training step pays.
     """
     for _ in range(warmup):
         fn()
     synchronize(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    calls = 1
+    if min_sample_ms > 0:
+        once = _time_ms(fn, device, 1)
+        calls = max(1, math.ceil(min_sample_ms / max(once, 1e-3)))
+    return statistics.median(_time_ms(fn, device, calls) for _ in range(repeats))
+
+
+def _time_ms(fn: Callable[[], object], device: torch.device, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
         fn()
-        synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    synchronize(device)
+    return (time.perf_counter() - start) * 1e3 / calls
 
 
 def saved_bytes(step: Callable[[], torch.Tensor]) -> int:
@@ -61,10 +78,11 @@ def markdown(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    """Rows as CSV, the first row's keys as the header; the parent directory is created."""
+    """Rows as CSV, every key any row has as the header (blank where a row lacks it, as an
+    out-of-memory row lacks times); the parent directory is created."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         writer.writeheader()
         writer.writerows(rows)
     print(f"wrote {path}")

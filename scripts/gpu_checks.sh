@@ -1,24 +1,38 @@
 #!/usr/bin/env bash
 # Every check that needs a CUDA GPU, in one command (see README, "On a GPU"):
-#   bash scripts/gpu_checks.sh            # tests, activation kernels, training throughput
-#   QUICK=1 bash scripts/gpu_checks.sh    # tests only
-# Tests assert correctness on the real kernels (float64 references, determinism, > 2^31
-# elements); the two benchmarks print tables with ratios to ReLU² measured in the same run.
+#   bash scripts/gpu_checks.sh              # all three parts below, in order
+#   bash scripts/gpu_checks.sh tests        # correctness only (a minute or two)
+#   bash scripts/gpu_checks.sh kernels      # activation kernels: launch shapes, then vs ReLU²
+#   bash scripts/gpu_checks.sh training     # paper_1b iterations per activation and settings
+# (QUICK=1 still means "tests" only.) Tests assert correctness on the real kernels (float64
+# references, determinism, > 2^31 elements); the benchmarks print tables with ratios to ReLU²
+# measured in the same run, never assertions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU: these checks need one')"
 export WANDB_MODE="${WANDB_MODE:-disabled}"
+parts="${*:-all}"
+[ -n "${QUICK:-}" ] && parts=tests
+wants() { [[ " $parts " == *" $1 "* || " $parts " == *" all "* ]]; }
 
-python -m pytest -m gpu tests/test_gpu.py -q
-# in one run, in this order: together they once failed on a GPU where each passed alone
-python -m pytest tests/test_triton.py tests/test_fused.py tests/test_paper_formulas.py -q
-[ -n "${QUICK:-}" ] && exit 0
+if wants tests; then
+  python -m pytest -m gpu tests/test_gpu.py -q
+  # in one run, in this order: together they once failed on a GPU where each passed alone
+  python -m pytest tests/test_triton.py tests/test_fused.py tests/test_paper_formulas.py -q
+fi
 
-# the paper's 1.1B MLP activation, 5 x 4096 x 9216, forward + backward
-for dtype in bfloat16 float32; do
-  python -m scripts.bench_activations --device cuda --dtype "$dtype" --shape 5 4096 9216 \
-    --rows relu2 xielu xiprelu swiglu "xielu paper reference"
-done
-# paper_1b training iterations at the paper's per-GPU batch
-python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 --compile \
-  --checkpointing selective --activations relu2 xielu xiprelu swiglu
+if wants kernels; then
+  # launch shapes of the Triton kernels against compiled ReLU² (prints CONFIGS to paste)
+  python -m scripts.tune_kernels
+  # the paper's 1.1B MLP activation, 5 x 4096 x 9216, forward + backward, through autograd
+  for dtype in bfloat16 float32; do
+    python -m scripts.bench_activations --device cuda --dtype "$dtype" --shape 5 4096 9216 \
+      --rows relu2 xielu xiprelu swiglu "xielu paper reference"
+  done
+fi
+
+if wants training; then
+  # paper_1b training iterations at the paper's per-GPU batch, each checkpointing mode
+  python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
+    --compile blocks --checkpointing none selective full --activations relu2 xielu xiprelu swiglu
+fi

@@ -4,6 +4,7 @@ import ast
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -79,3 +80,43 @@ def test_checkpoint_benchmark_saves_the_same_state_both_ways(capsys):
     assert rows[0]["gib"] == rows[1]["gib"] > 0
     assert all(r["write_s"] >= r["stall_s"] > 0 for r in rows)  # published after save returns
     assert "| async |" in capsys.readouterr().out
+
+
+def test_median_ms_divides_a_sample_of_back_to_back_calls_by_their_number():
+    from scripts.common import median_ms
+
+    calls = []
+
+    def nap() -> None:
+        calls.append(1)
+        time.sleep(0.002)
+
+    ms = median_ms(nap, torch.device("cpu"), warmup=1, repeats=3, min_sample_ms=40)
+    # a sample lasts at least 40 ms; one call at least 2 ms (sleep never returns early)
+    assert 2.0 <= ms < 40.0
+    assert len(calls) > 1 + 1 + 3  # more than one call per sample
+
+
+def test_kernel_tuning_picks_per_dtype_the_least_total_over_both_kinds():
+    from scripts.tune_kernels import Timing, best_configs
+
+    timings = [
+        Timing("bfloat16", "xielu", "a", 1.0, True),
+        Timing("bfloat16", "xiprelu", "a", 1.0, True),  # a: 2.0 in all
+        Timing("bfloat16", "xielu", "b", 0.6, True),
+        Timing("bfloat16", "xiprelu", "b", 1.3, True),  # b: 1.9, the least
+        Timing("bfloat16", "xielu", "c", 0.1, False),  # fastest but not deterministic
+        Timing("bfloat16", "xiprelu", "c", 0.1, True),
+        Timing("float32", "xielu", "d", 0.1, True),  # d: xiprelu not measured
+        Timing("float32", "xielu", "e", 2.0, True),
+        Timing("float32", "xiprelu", "e", 2.0, True),
+    ]
+    assert best_configs(timings) == {"bfloat16": "b", "float32": "e"}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_kernel_tuning_without_a_gpu_says_it_needs_one():
+    from scripts.tune_kernels import main
+
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        main([])
