@@ -68,6 +68,10 @@ def resolve_backend(backend: str, device: torch.device) -> str:
 
 
 _compile_failed = False
+# Formulas whose compiled variants (one per kind, dtype, eps, calling context) reached dynamo's
+# recompile limit; new variants of those run eager, the compiled ones keep their kernels.
+_over_recompile_limit: set[Callable] = set()
+_RecompileLimitHit = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
 
 
 @functools.cache
@@ -84,6 +88,18 @@ def _run(backend: str, eager_fn: Callable, triton_name: str, *args):
     if backend == "compiled" and not _compile_failed:
         try:
             return _compiled(eager_fn)(*args)
+        except _RecompileLimitHit:
+            # not a broken toolchain: compilation stays on for every other call
+            if eager_fn not in _over_recompile_limit:
+                _over_recompile_limit.add(eager_fn)
+                warnings.warn(
+                    f"xielu: {eager_fn.__name__} has more compiled variants than "
+                    f"torch._dynamo.config.recompile_limit ({torch._dynamo.config.recompile_limit})"
+                    "; new dtype/eps variants run the eager kernel. Raise the limit to compile "
+                    "them.",
+                    stacklevel=3,
+                )
+            return eager_fn(*args)
         except Exception as error:  # a broken toolchain must not stop training
             _compile_failed = True
             warnings.warn(
