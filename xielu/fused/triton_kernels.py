@@ -12,9 +12,9 @@ measures the candidates on a GPU.
 
 The kernels are plain ``tl`` arithmetic with no libdevice calls, so Triton's interpreter
 (``TRITON_INTERPRET=1``) runs them on CPU tensors, which is how they are tested without a GPU.
-Math is fp32 whatever the storage dtype (bf16, fp16, fp32). Each program's start is a 64-bit
-scalar and the per-element offsets are 32-bit, so tensors past 2^31 elements are addressed
-correctly without 64-bit arithmetic on every element.
+Math is fp32 whatever the storage dtype (bf16, fp16, fp32). Offsets are 64-bit, so tensors
+past 2^31 elements are addressed correctly; they are written in the canonical
+``start + arange < n`` form, which Triton's alignment analysis turns into vector loads.
 """
 
 from __future__ import annotations
@@ -100,10 +100,9 @@ def _forward_kernel(
     KIND: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    start = tl.program_id(0).to(tl.int64) * BLOCK
-    offsets = tl.arange(0, BLOCK)
-    mask = offsets < tl.minimum(n_elements - start, BLOCK).to(tl.int32)
-    x = tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     # Alphas are read from device memory so that no host synchronisation is needed.
     ap = tl.load(alpha_p_ptr).to(tl.float32)
     an = tl.load(alpha_n_ptr).to(tl.float32)
@@ -113,7 +112,7 @@ def _forward_kernel(
     else:
         negative = (an * x + beta) * x
     y = tl.where(x > 0, positive, negative)
-    tl.store(y_ptr + start + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -135,15 +134,15 @@ def _backward_kernel(
     pid = tl.program_id(0)
     ap = tl.load(alpha_p_ptr).to(tl.float32)
     an = tl.load(alpha_n_ptr).to(tl.float32)
-    offsets = tl.arange(0, BLOCK)
     sum_p = tl.zeros([BLOCK], dtype=tl.float32)
     sum_n = tl.zeros([BLOCK], dtype=tl.float32)
     for step in range(BLOCKS_PER_PROGRAM):
-        start = (pid.to(tl.int64) * BLOCKS_PER_PROGRAM + step) * BLOCK
+        block = pid.to(tl.int64) * BLOCKS_PER_PROGRAM + step
+        offsets = block * BLOCK + tl.arange(0, BLOCK)
         # past the end (the last program's spare steps) the mask is all false
-        mask = offsets < tl.maximum(tl.minimum(n_elements - start, BLOCK), 0).to(tl.int32)
-        x = tl.load(x_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
-        g = tl.load(grad_ptr + start + offsets, mask=mask, other=0.0).to(tl.float32)
+        mask = offsets < n_elements
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(grad_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
         positive = x > 0
         square = x * x
         if KIND == 0:
@@ -157,7 +156,7 @@ def _backward_kernel(
             slope_n = 2.0 * an * x + beta
             integral_n = square
         slope = tl.where(positive, 2.0 * ap * x + beta, slope_n)
-        tl.store(dx_ptr + start + offsets, (g * slope).to(dx_ptr.dtype.element_ty), mask=mask)
+        tl.store(dx_ptr + offsets, (g * slope).to(dx_ptr.dtype.element_ty), mask=mask)
         # Masked lanes loaded x = g = 0, so they add exactly 0 to both sums.
         sum_p += tl.where(positive, g * square, 0.0)
         sum_n += tl.where(positive, 0.0, g * integral_n)
