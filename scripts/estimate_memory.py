@@ -55,10 +55,9 @@ under "activations". ``--world-size N`` runs the trainer's FSDP2 path for N GPUs
 process, over a fake process group (``torch.testing._internal.distributed.fake_pg``): each rank
 then keeps 1/N of the fp32 state, all-gathers one block's bf16 weights at a time (two with
 prefetching), and, between the micro-batches of an accumulated step
-(``set_requires_gradient_sync(False)``), keeps full unsharded fp32 gradients. FSDP2 also casts
-each block's inputs (the residual stream, and the RoPE tables) to bf16, so RMSNorm returns bf16
-and the q, k and v projections share one saved copy of it, where on one GPU each saves its own
-autocast cast of the fp32 norm output.
+(``set_requires_gradient_sync(False)``), keeps full unsharded fp32 gradients. The residual
+stream stays fp32 as on one GPU (``training.parallelize.apply_fsdp``), so the q, k and v
+projections each save their own autocast cast of the fp32 norm output, as on one GPU.
 
 Not modelled: ``data.document_mask`` (off in the paper's configs; its [batch, 1, seq, seq] mask
 and CUDA's mask-capable kernels), evaluation, checkpoint saving.

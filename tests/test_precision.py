@@ -81,3 +81,33 @@ def test_a_bf16_training_step_has_no_fp32_matmul_of_weight_sized_operands(
     assert fp32_products == []
     assert loss.dtype == torch.float32 and torch.isfinite(loss)  # the loss itself stays fp32
     assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights
+
+
+def test_fsdp2_blocks_see_the_fp32_residual_stream_and_rope_tables_as_one_gpu_does():
+    """Under FSDP2 bf16, only the matmuls run in bf16 (autocast), as on one GPU and under DDP;
+    the inputs of a block (residual stream, RoPE cos/sin) stay fp32."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    config = ModelConfig(
+        vocab_size=256, dim=64, n_layers=2, n_heads=4, gated_hidden=128, max_seq_len=32,
+        activation="xielu",
+    )  # fmt: skip
+    # two ranks in this one process: collectives return at once (weights are garbage, dtypes
+    # are real), enough to see what FSDP2 hands each block
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        model = Llama(config)
+        training = parallelize(
+            model, Env(0, 2, 0, torch.device("cpu")), ParallelPlan(parallelism="fsdp", bf16=True)
+        )
+        seen = []
+        model.layers[0].register_forward_pre_hook(
+            lambda module, args: seen.append([a.dtype for a in args if torch.is_tensor(a)])
+        )
+        tokens = torch.randint(0, 256, (2, 17))
+        with training.autocast():
+            training(tokens[:, :-1], tokens[:, 1:])
+    finally:
+        dist.destroy_process_group()
+    assert seen == [[torch.float32] * 3]  # x, cos, sin

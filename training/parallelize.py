@@ -11,7 +11,8 @@ reasons):
 3. **DDP or FSDP2** (``fully_shard`` each block, then the root: a block's all-gather overlaps the
    previous block's compute);
 4. the **precision policy**: fp32 master weights; bf16 autocast for compute when ``bf16``, and
-   under FSDP2 bf16 parameters for compute with fp32 gradient reduction.
+   under FSDP2 the blocks' parameters gathered in bf16 with fp32 gradient reduction, everything
+   else as on one GPU (fp32 residual stream, RoPE tables, embedding and final norm).
 
 The result, a :class:`TrainingModel`, also answers the questions whose answer depends on the
 wrapping (gradient sync during accumulation, the global gradient norm, finite weights, the
@@ -184,15 +185,21 @@ def apply_compile(model: nn.Module, scope: str) -> None:
 def apply_fsdp(model: nn.Module, plan: ParallelPlan) -> None:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mp = (
-        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    # The same numerics as one GPU and DDP, where autocast casts only the matmul operands:
+    # blocks keep their inputs' dtype (FSDP2 would cast the residual stream and the RoPE tables
+    # to bf16), and the root keeps its fp32 parameters, so the embedding starts the residual
+    # stream in fp32 and the final norm runs in fp32; the LM head is cast for its matmul.
+    blocks = (
+        MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False
+        )
         if plan.bf16
         else MixedPrecisionPolicy()
     )
     for block in model.layers:
-        fully_shard(block, mp_policy=mp, reshard_after_forward=plan.reshard_after_forward)
+        fully_shard(block, mp_policy=blocks, reshard_after_forward=plan.reshard_after_forward)
     # the root (embedding, final norm, head) is needed again at once by backward: keep it
-    fully_shard(model, mp_policy=mp, reshard_after_forward=False)
+    fully_shard(model, mp_policy=MixedPrecisionPolicy(), reshard_after_forward=False)
 
 
 # ops whose outputs selective checkpointing keeps: the FLOPs; everything else is recomputed
