@@ -86,8 +86,11 @@ def _run(backend: str, eager_fn: Callable, triton_name: str, *args):
 
         return getattr(triton_kernels, triton_name)(*args)
     if backend == "compiled" and not _compile_failed:
+        # Inside the op autograd records nothing; detached inputs keep requires_grad (training
+        # vs validation) from making a compiled variant each.
+        detached = [a.detach() if isinstance(a, Tensor) else a for a in args]
         try:
-            return _compiled(eager_fn)(*args)
+            return _compiled(eager_fn)(*detached)
         except _RecompileLimitHit:
             # not a broken toolchain: compilation stays on for every other call
             if eager_fn not in _over_recompile_limit:
