@@ -24,10 +24,14 @@ def _float64_reference(kind, x, grad, alpha_p, alpha_n):
     return (y, *formulas.piecewise_backward(g64, x64, ap, an, 0.5, EPS, kind))
 
 
+@pytest.mark.parametrize("several_blocks", [False, True], ids=["default", "16-blocks"])
 @pytest.mark.parametrize("kind", ["xielu", "xiprelu"])
-def test_kernels_are_right_past_two_to_the_31_elements(kind):
-    """Offsets are 64-bit: elements beyond index 2^31 are computed, and computed right."""
+def test_kernels_are_right_past_two_to_the_31_elements(kind, several_blocks):
+    """Offsets are 64-bit: elements beyond index 2^31 are computed, and computed right, also
+    when backward programs walk several blocks (a launch shape tune_kernels may choose)."""
     from xielu.fused import triton_kernels
+
+    config = triton_kernels.KernelConfig(1024, 4, 16) if several_blocks else None
 
     n = 2**31 + 4099
     x = torch.empty(n, device="cuda", dtype=torch.bfloat16)
@@ -35,8 +39,8 @@ def test_kernels_are_right_past_two_to_the_31_elements(kind):
     grad = torch.ones_like(x)
     alpha_p = torch.tensor([0.7], device="cuda")
     alpha_n = torch.tensor([1.1], device="cuda")
-    y = triton_kernels.forward(x, alpha_p, alpha_n, 0.5, EPS, kind)
-    dx, _, _ = triton_kernels.backward(grad, x, alpha_p, alpha_n, 0.5, EPS, kind)
+    y = triton_kernels.forward(x, alpha_p, alpha_n, 0.5, EPS, kind, config)
+    dx, _, _ = triton_kernels.backward(grad, x, alpha_p, alpha_n, 0.5, EPS, kind, config)
     for start in (0, 2**31 - 2048, n - 4096):  # the head, across 2^31, the tail
         part = slice(start, start + 4096)
         ry, rdx, _, _ = _float64_reference(kind, x[part], grad[part], alpha_p, alpha_n)

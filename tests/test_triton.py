@@ -64,15 +64,17 @@ def test_triton_kernels_match_float64_reference_fp32(kind, shape, transpose):
     torch.testing.assert_close(dan.cpu().double(), rdan, rtol=1e-5, atol=1e-5 * scale)
 
 
+@pytest.mark.parametrize("several_blocks", [False, True], ids=["default", "4-blocks"])
 @pytest.mark.parametrize("kind", ["xielu", "xiprelu"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_triton_kernels_compute_half_precision_in_fp32(kind, dtype):
+def test_triton_kernels_compute_half_precision_in_fp32(kind, dtype, several_blocks):
+    config = triton_kernels.KernelConfig(256, 2, 4) if several_blocks else None
     x = _tensor((5, 999), dtype, seed=3)
     grad = _tensor((5, 999), dtype, seed=4)
     alpha_p = torch.tensor([0.8], device=DEVICE)
     alpha_n = torch.tensor([0.8], device=DEVICE)
-    y = triton_kernels.forward(x, alpha_p, alpha_n, 0.5, EPS, kind)
-    dx, dap, dan = triton_kernels.backward(grad, x, alpha_p, alpha_n, 0.5, EPS, kind)
+    y = triton_kernels.forward(x, alpha_p, alpha_n, 0.5, EPS, kind, config)
+    dx, dap, dan = triton_kernels.backward(grad, x, alpha_p, alpha_n, 0.5, EPS, kind, config)
     assert y.dtype == dtype and dx.dtype == dtype and dap.dtype == torch.float32
     ry, rdx, rdap, rdan = _reference(kind, x, grad, alpha_p, alpha_n)
     # one conversion of the fp32 result to the storage type: at most one ulp (2^-7 relative for
