@@ -33,17 +33,31 @@ print(json.dumps([
 ]))
 """
 
+# the min instructions of xIELU's kernels, in PTX (the exponent is capped at eps with a min)
+MINIMA = """
+import re
+from scripts.inspect_kernels import compile_kernel
+from xielu.fused.triton_kernels import KernelConfig
+for direction in ("forward", "backward"):
+    ptx = compile_kernel(direction, "xielu", "bfloat16", KernelConfig())["ptx"]
+    print(direction, *sorted(set(re.findall(r"\\bmin\\.[.\\w]*", ptx))))
+"""
 
-@pytest.fixture(scope="module")
-def kernels():
+
+def _compile_for_sm90(program: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile for real
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-c", program], cwd=ROOT, env=env, capture_output=True, text=True
     )
     if out.returncode and "CUDA tools" in out.stderr + out.stdout:
         pytest.skip("this triton wheel ships no ptxas/cuobjdump")
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return json.loads(_compile_for_sm90(PROBE).strip().splitlines()[-1])
 
 
 @pytest.mark.slow
@@ -70,3 +84,12 @@ def test_instructions_per_element_stay_within_what_the_bandwidth_allows(kernels)
     assert counted
     for k in counted:
         assert k["per_element"] < 0.75 * k["budget"], k
+
+
+@pytest.mark.slow
+def test_xielu_caps_the_exponent_with_a_min_that_keeps_nan():
+    """A GPU's plain min returns the non-NaN operand (IEEE minNum): min(NaN, eps) = eps would
+    give a NaN input a finite slope. Triton's interpreter (numpy) keeps the NaN either way, so
+    only the compiled code can show which min the kernels use."""
+    lines = _compile_for_sm90(MINIMA).strip().splitlines()[-2:]
+    assert lines == ["forward min.NaN.f32", "backward min.NaN.f32"]

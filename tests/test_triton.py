@@ -158,3 +158,17 @@ def test_an_empty_input_has_zero_alpha_gradients():
 def test_kernel_config_rejects_impossible_launch_shapes(field, value):
     with pytest.raises(ValueError, match=field):
         triton_kernels.KernelConfig(**{field: value})
+
+
+@pytest.mark.parametrize("kind", ["xielu", "xiprelu"])
+def test_a_nan_input_gives_nan_output_and_slope_and_nothing_else(kind):
+    """As formulas.py: NaN in, NaN out and NaN dx; the neighbours are untouched. (Through the
+    interpreter any min keeps NaN; on a GPU this needs the NaN-propagating min.)"""
+    x = torch.tensor([1.5, float("nan"), -2.0, -1e-7, 0.0], device=DEVICE)
+    grad = torch.ones_like(x)
+    alpha = torch.tensor([0.8], device=DEVICE)
+    y = triton_kernels.forward(x, alpha, alpha, 0.5, EPS, kind)
+    dx, _, dan = triton_kernels.backward(grad, x, alpha, alpha, 0.5, EPS, kind)
+    nan = torch.tensor([False, True, False, False, False], device=DEVICE)
+    assert torch.equal(y.isnan(), nan) and torch.equal(dx.isnan(), nan)
+    assert dan.isnan().all()  # the NaN element is on the negative side of the comparison

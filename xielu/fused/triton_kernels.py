@@ -89,6 +89,13 @@ def _expm1(x):
 
 
 @triton.jit
+def _cap(x, eps):
+    # min(x, eps) that keeps a NaN: a GPU's plain min returns the other operand (IEEE minNum),
+    # which would give a NaN input a finite slope; the NaN-propagating min costs the same.
+    return tl.minimum(x, eps, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def _forward_kernel(
     x_ptr,
     y_ptr,
@@ -108,7 +115,7 @@ def _forward_kernel(
     an = tl.load(alpha_n_ptr).to(tl.float32)
     positive = (ap * x + beta) * x
     if KIND == 0:
-        negative = an * (_expm1(tl.minimum(x, eps)) - x) + beta * x
+        negative = an * (_expm1(_cap(x, eps)) - x) + beta * x
     else:
         negative = (an * x + beta) * x
     y = tl.where(x > 0, positive, negative)
@@ -146,7 +153,7 @@ def _backward_kernel(
         positive = x > 0
         square = x * x
         if KIND == 0:
-            em1 = _expm1(tl.minimum(x, eps))
+            em1 = _expm1(_cap(x, eps))
             # clamp passes the gradient at x == eps itself, like torch's autograd of
             # clamp(max=eps); "not above eps" also sends a NaN input to a NaN slope, as in
             # formulas.py
