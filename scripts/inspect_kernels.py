@@ -39,7 +39,7 @@ from scripts.common import markdown
 
 DTYPES = {"bfloat16": ("bf16", 2), "float32": ("fp32", 4)}
 KINDS = {"xielu": 0, "xiprelu": 1}
-# bytes per element each way: read x, write y; read x and grad, write dx
+# element-sized tensors each pass reads or writes: x and y; x, grad and dx
 PASSES = {"forward": 2, "backward": 3}
 
 
