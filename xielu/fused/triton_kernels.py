@@ -114,10 +114,7 @@ def _forward_kernel(
     ap = tl.load(alpha_p_ptr).to(tl.float32)
     an = tl.load(alpha_n_ptr).to(tl.float32)
     positive = (ap * x + beta) * x
-    if KIND == 0:
-        negative = an * (_expm1(_cap(x, eps)) - x) + beta * x
-    else:
-        negative = (an * x + beta) * x
+    negative = an * (_expm1(_cap(x, eps)) - x) + beta * x if KIND == 0 else (an * x + beta) * x
     y = tl.where(x > 0, positive, negative)
     tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
 
