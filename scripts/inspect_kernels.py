@@ -38,7 +38,6 @@ import torch
 from scripts.common import markdown
 
 DTYPES = {"bfloat16": ("bf16", 2), "float32": ("fp32", 4)}
-KINDS = {"xielu": 0, "xiprelu": 1}
 # element-sized tensors each pass reads or writes: x and y; x, grad and dx
 PASSES = {"forward": 2, "backward": 3}
 
@@ -83,7 +82,7 @@ def compile_kernel(
 
     fn = getattr(triton_kernels, f"_{direction}_kernel")
     signature = _signature(fn, DTYPES[dtype][0])
-    constants = {"KIND": KINDS[kind], "BLOCK": config.block}
+    constants = {"KIND": triton_kernels.KINDS[kind], "BLOCK": config.block}
     if "BLOCKS_PER_PROGRAM" in signature:
         constants["BLOCKS_PER_PROGRAM"] = config.blocks_per_program
     # what the JIT assumes of a 16-byte aligned tensor with a multiple of 16 elements
@@ -142,6 +141,8 @@ def _widest(accesses: list[str]) -> int:
 
 def inspect_all(configs: Callable[[str], object], arch: int = 90) -> list[dict]:
     """One row per kind, direction and dtype, compiled with ``configs(dtype)``."""
+    from xielu.fused.triton_kernels import KINDS
+
     rows = []
     for dtype in DTYPES:
         config = configs(dtype)

@@ -32,7 +32,6 @@ from scripts.common import markdown, median_ms
 if TYPE_CHECKING:  # triton is imported only once a GPU is known to be there
     from xielu.fused.triton_kernels import KernelConfig
 
-KINDS = ("xielu", "xiprelu")
 # xIELU's eps as the kernels see it (fp32)
 EPS = float(torch.tensor(-1e-6, dtype=torch.float32))
 
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, KernelConfig]:
         baseline = _relu2_ms(x, grad, args)
         rows = [["relu2 (compiled)", "-", f"{baseline:.3f}", f"{passes / baseline / 1e9:.2f}"]]
         rows[0] += ["1.000", "-"]
-        for config, kind in itertools.product(configs, KINDS):
+        for config, kind in itertools.product(configs, triton_kernels.KINDS):
             t = _kernel_timing(x, grad, dtype, kind, config, args)
             timings.append(t)
             shape = f"{config.block}/{config.warps}/{config.blocks_per_program}"

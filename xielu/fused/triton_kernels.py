@@ -59,7 +59,8 @@ CONFIGS: dict[torch.dtype, KernelConfig] = {
     torch.float16: KernelConfig(),
     torch.float32: KernelConfig(),
 }
-_KINDS = {"xielu": 0, "xiprelu": 1}
+# the kernels' KIND constant per activation
+KINDS = {"xielu": 0, "xiprelu": 1}
 # partial sums added per step of the final reduction
 _REDUCE_BLOCK = 1024
 
@@ -207,7 +208,7 @@ def forward(
             n,
             beta,
             eps,
-            KIND=_KINDS[kind],
+            KIND=KINDS[kind],
             BLOCK=config.block,
             num_warps=config.warps,
         )
@@ -250,7 +251,7 @@ def backward(
         n,
         beta,
         eps,
-        KIND=_KINDS[kind],
+        KIND=KINDS[kind],
         BLOCK=config.block,
         BLOCKS_PER_PROGRAM=config.blocks_per_program,
         num_warps=config.warps,
