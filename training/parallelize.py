@@ -178,6 +178,8 @@ def apply_compile(model: nn.Module, scope: str) -> None:
     if scope == "blocks":
         for block in model.layers:
             block.compile()
+        # the loss lies outside the blocks: its softmax would run as eager passes over the logits
+        model.compile_loss = True
     elif scope == "model":
         model.compile()
 
@@ -212,26 +214,41 @@ _SAVED_OPS = {
     torch.ops.aten._scaled_dot_product_cudnn_attention.default,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
 }
+_LINEAR_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
 
 
-def _keep_matmuls(ctx, op, *args, **kwargs):
-    from torch.utils.checkpoint import CheckpointPolicy
+def keep_matmuls_but_the_last(linears_per_block: int):
+    """A selective-checkpointing policy for one block's forward (and its recomputation).
 
-    if op in _SAVED_OPS:
-        return CheckpointPolicy.MUST_SAVE
-    return CheckpointPolicy.PREFER_RECOMPUTE
+    It keeps matmul and attention outputs, except the block's last linear layer's (the MLP's
+    down projection): nothing in backward reads that output, and recomputation stops as soon
+    as it has rebuilt what backward reads, before it reaches that layer, so keeping it would
+    only hold ``tokens x dim`` per layer (1.3 GB at the paper's 1.1B, batch 5 x 4096, eager).
+    Linear layers are counted in call order, separately for the forward and the recomputation.
+    """
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    calls = {False: 0, True: 0}
+
+    def policy(ctx, op, *args, **kwargs):
+        if op in _LINEAR_OPS:
+            calls[ctx.is_recompute] += 1
+            if calls[ctx.is_recompute] == linears_per_block:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        if op in _SAVED_OPS:
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 def apply_activation_checkpointing(model: nn.Module, selective: bool = False) -> None:
     """Replace each block by a checkpointing wrapper of it (names in state dicts unchanged)."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    kwargs = {"preserve_rng_state": False}  # the blocks draw no random numbers (no dropout)
-    if selective:
-        from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
-        kwargs["context_fn"] = functools.partial(
-            create_selective_checkpoint_contexts, _keep_matmuls
-        )
     for index, block in enumerate(model.layers):
+        kwargs = {"preserve_rng_state": False}  # the blocks draw no random numbers (no dropout)
+        if selective:
+            linears = sum(isinstance(m, nn.Linear) for m in block.modules())
+            kwargs["context_fn"] = functools.partial(keep_matmuls_but_the_last, linears)
         model.layers[index] = checkpoint_wrapper(block, **kwargs)
