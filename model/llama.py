@@ -36,6 +36,8 @@ class Llama(nn.Module):
         cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        # the loss's softmax through torch.compile (``model.loss``): set by the trainer's compile
+        self.compile_loss = False
         self.reset_parameters()
 
     @torch.no_grad()
@@ -98,7 +100,11 @@ class Llama(nn.Module):
         if targets is None:
             return self.lm_head(x)
         return linear_cross_entropy(
-            x, self.lm_head.weight, targets, chunk_size=self.config.loss_chunk_tokens
+            x,
+            self.lm_head.weight,
+            targets,
+            chunk_size=self.config.loss_chunk_tokens,
+            compiled=self.compile_loss,
         )
 
     @torch.no_grad()

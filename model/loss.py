@@ -16,6 +16,8 @@ the counted targets (``F.cross_entropy`` semantics).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -25,7 +27,14 @@ IGNORE_INDEX = -100
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk: int, ignore: int, grad: bool
+        ctx,
+        hidden: Tensor,
+        weight: Tensor,
+        targets: Tensor,
+        chunk: int,
+        ignore: int,
+        grad: bool,
+        compiled: bool,
     ):
         n = hidden.shape[0]
         valid = targets != ignore
@@ -34,35 +43,24 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         needs_h, needs_w = ctx.needs_input_grad[0] and grad, ctx.needs_input_grad[1] and grad
         acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 for bf16, fp64 stays
         compute = matmul_dtype(hidden)
+        chunk_math = _compiled_chunk_math() if compiled else chunk_loss_and_grad
         w = weight.to(compute)  # one cast for all chunks (autocast would cast per matmul)
         grad_hidden = torch.empty_like(hidden) if needs_h else None
         grad_weight = torch.zeros_like(weight, dtype=acc) if needs_w else None
+        row_scale = valid.to(acc) / count if needs_h or needs_w else None
         total = torch.zeros((), dtype=acc, device=hidden.device)
         for start in range(0, n, chunk):
-            h = hidden[start : start + chunk].to(compute)
-            t = targets[start : start + chunk]
-            ok = valid[start : start + chunk]
-            logits = (h @ w.t()).to(acc)
-            safe_t = torch.where(ok, t, 0)
-            target_logit = logits.gather(1, safe_t[:, None]).squeeze(1)
-            # log-sum-exp by hand, in place, so the exponentials are reused for the gradient
-            row_max = logits.amax(dim=-1, keepdim=True)
-            exps = logits.sub_(row_max).exp_()
-            sum_exp = exps.sum(dim=-1)
-            lse = row_max.squeeze(1) + sum_exp.log()
-            total += ((lse - target_logit) * ok).sum()
-            if needs_h or needs_w:
-                # d loss / d logits = (softmax - one_hot) / count, zero on ignored rows
-                row_scale = ok.to(acc) / count
-                probs = exps.mul_((row_scale / sum_exp)[:, None])
-                probs[torch.arange(len(t), device=t.device), safe_t] -= row_scale
-                probs = probs.to(compute)
-                if needs_h:
-                    grad_hidden[start : start + chunk] = probs @ w
-                if needs_w and compute == acc:
-                    grad_weight.addmm_(probs.t(), h)
-                elif needs_w:  # a bf16 GEMM (tensor cores), summed over chunks in fp32
-                    grad_weight += probs.t() @ h
+            rows = slice(start, start + chunk)
+            h = hidden[rows].to(compute)
+            scale = row_scale[rows] if row_scale is not None else None
+            losses, dlogits = chunk_math(h @ w.t(), targets[rows], valid[rows], scale)
+            total += losses.sum()
+            if needs_h:
+                grad_hidden[rows] = dlogits @ w
+            if needs_w and compute == acc:
+                grad_weight.addmm_(dlogits.t(), h)
+            elif needs_w:  # a bf16 GEMM (tensor cores), summed over chunks in fp32
+                grad_weight += dlogits.t() @ h
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return total / count
@@ -72,7 +70,44 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         dh = grad_hidden * grad_loss.to(grad_hidden.dtype) if grad_hidden is not None else None
         dw = (grad_weight * grad_loss).to(ctx.weight_dtype) if grad_weight is not None else None
-        return dh, dw, None, None, None, None
+        return dh, dw, None, None, None, None, None
+
+
+def chunk_loss_and_grad(
+    logits: Tensor, targets: Tensor, valid: Tensor, row_scale: Tensor | None
+) -> tuple[Tensor, Tensor | None]:
+    """One chunk's per-row losses (fp32, 0 on ignored rows) and, given ``row_scale`` (each row's
+    weight in the mean: 1/count, 0 if ignored), d loss / d logits in ``logits``' dtype.
+
+    All the work between the head's matmuls sits in this one function so that
+    ``torch.compile`` can make two passes over the logits of it (max and sum of exponentials,
+    then the gradient), where eager ops make about eight, each reading or writing the whole
+    chunk in fp32. Eagerly it works in place on one fp32 copy (on ``logits`` itself when they
+    are fp32 already: they are the caller's temporary).
+    """
+    x = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    safe = torch.where(valid, targets, 0)
+    target_logit = x.gather(1, safe[:, None]).squeeze(1)
+    # log-sum-exp by hand, in place, so the exponentials are reused for the gradient
+    row_max = x.amax(dim=-1)
+    exps = x.sub_(row_max[:, None]).exp_()
+    sum_exp = exps.sum(dim=-1)
+    losses = (row_max + sum_exp.log() - target_logit) * valid
+    if row_scale is None:
+        return losses, None
+    scale = row_scale / sum_exp
+    dlogits = exps.mul_(scale[:, None]).to(logits.dtype)
+    # the target's entry, softmax - 1: in fp32 before rounding (it is near -1/count when the
+    # model is right, and rounding the softmax first would cancel its digits)
+    target_grad = (target_logit - row_max).exp() * scale - row_scale
+    dlogits[torch.arange(len(safe), device=safe.device), safe] = target_grad.to(logits.dtype)
+    return losses, dlogits
+
+
+@functools.cache
+def _compiled_chunk_math():
+    # shapes: every chunk but the last has the same rows; evaluation adds a gradient-free variant
+    return torch.compile(chunk_loss_and_grad)
 
 
 def matmul_dtype(hidden: Tensor) -> torch.dtype:
@@ -90,11 +125,14 @@ def linear_cross_entropy(
     targets: Tensor,
     chunk_size: int = 4096,
     ignore_index: int = IGNORE_INDEX,
+    compiled: bool = False,
 ) -> Tensor:
     """Mean cross-entropy of ``hidden @ weight.T`` against ``targets``, chunked over tokens.
 
     ``hidden`` is [..., dim], ``targets`` the matching [...] integer tensor. Equal to
     ``F.cross_entropy(hidden @ weight.T, targets, ignore_index=...)`` up to float rounding.
+    ``compiled``: each chunk's softmax and gradient through ``torch.compile``
+    (``chunk_loss_and_grad``); the trainer turns it on when it compiles the blocks.
     """
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
@@ -105,4 +143,5 @@ def linear_cross_entropy(
         chunk_size,
         ignore_index,
         torch.is_grad_enabled(),
+        compiled,
     )

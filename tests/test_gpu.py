@@ -98,3 +98,27 @@ def test_a_bf16_training_step_on_the_gpu_matches_fp32():
         loss.backward()
         losses[bf16] = float(loss)
     assert losses[True] == pytest.approx(losses[False], rel=1e-2)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_the_bf16_lm_head_gradients_match_float64(compiled):
+    """The loss's GEMMs in bf16, its softmax in fp32 (through Inductor when compiled)."""
+    from model.loss import linear_cross_entropy
+
+    torch._dynamo.reset()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    hidden = torch.randn(8192, 512, device="cuda", generator=gen).bfloat16().float()
+    weight = (0.05 * torch.randn(32768, 512, device="cuda", generator=gen)).bfloat16().float()
+    targets = torch.randint(0, 32768, (8192,), device="cuda", generator=gen)
+    hidden.requires_grad_(True)
+    weight.requires_grad_(True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = linear_cross_entropy(hidden, weight, targets, chunk_size=1024, compiled=compiled)
+    loss.backward()
+    h64, w64 = hidden.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(h64 @ w64.t(), targets)
+    ref.backward()
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-4)
+    for got, want in ((hidden.grad, h64.grad), (weight.grad, w64.grad)):
+        error = (got.double() - want).norm() / want.norm()
+        assert error < 1e-2, error  # bf16 d loss/d logits and chunk products (2^-9 relative)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from model import Llama, ModelConfig
-from model.loss import linear_cross_entropy
+from model.loss import chunk_loss_and_grad, linear_cross_entropy
 
 
 def problem(dtype=torch.float64):
@@ -71,3 +71,64 @@ def test_evaluation_under_no_grad_gives_the_same_loss_without_gradient_work():
     with torch.no_grad():
         without = linear_cross_entropy(hidden, weight, targets, chunk_size=13)
     assert without.grad_fn is None and torch.equal(without, with_grad.detach())
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_compiled_chunk_math_equals_the_full_logits_reference(fresh_dynamo):
+    from torch._dynamo.utils import counters
+
+    hidden, weight, targets = problem()
+    ref = F.cross_entropy((hidden @ weight.t()).flatten(0, 1), targets.flatten())
+    ref_grads = torch.autograd.grad(ref, (hidden, weight))
+    frames = counters["frames"]["ok"]
+    # 150 tokens in chunks of 64: two full chunks and a shorter last one
+    out = linear_cross_entropy(hidden, weight, targets, chunk_size=64, compiled=True)
+    grads = torch.autograd.grad(out, (hidden, weight))
+    assert counters["frames"]["ok"] > frames  # compiled, not run eagerly behind our back
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    with torch.no_grad():  # evaluation: the gradient-free variant
+        torch.testing.assert_close(
+            linear_cross_entropy(hidden, weight, targets, chunk_size=64, compiled=True),
+            ref.detach(),
+            rtol=1e-12,
+            atol=1e-12,
+        )
+
+
+def test_compiled_chunk_math_under_bf16_autocast_matches_the_eager_one(fresh_dynamo):
+    hidden, weight, targets = (t.float() if t.is_floating_point() else t for t in problem())
+    results = []
+    for compiled in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = linear_cross_entropy(hidden, weight, targets, chunk_size=64, compiled=compiled)
+        results.append((out, *torch.autograd.grad(out, (hidden, weight))))
+    (eager, *eager_grads), (fused, *fused_grads) = results
+    assert fused.dtype == eager.dtype == torch.float32
+    torch.testing.assert_close(fused, eager, rtol=1e-6, atol=1e-6)  # fp32 sums, other order
+    for got, want in zip(fused_grads, eager_grads, strict=True):
+        assert got.dtype == want.dtype == torch.float32
+        # d loss/d logits is rounded to bf16 either way; an exp a few ulp apart may round to
+        # the neighbouring bf16 value
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=1e-2 * want.abs().max().item())
+
+
+def test_the_target_entry_of_the_gradient_is_rounded_once_from_fp32():
+    # a confident model: softmax ~ 1 at the target, so d loss/d logit there is a tiny negative
+    # number; softmax rounded to bf16 first would give 1 - 1 = 0 there
+    logits = torch.full((1, 8), -2.0)
+    logits[0, 3] = 8.0  # softmax 0.99968 there, which bf16 rounds to 1
+    _, dlogits = chunk_loss_and_grad(
+        logits.bfloat16(), torch.tensor([3]), torch.tensor([True]), torch.tensor([1.0])
+    )
+    exact = torch.softmax(logits.double(), -1)[0, 3] - 1
+    assert dlogits.dtype == torch.bfloat16
+    assert dlogits[0, 3].item() == pytest.approx(exact.item(), rel=1e-2)
+    assert exact.item() < 0
