@@ -2,7 +2,7 @@
 # Every check that needs a CUDA GPU, in one command (see README, "On a GPU"):
 #   bash scripts/gpu_checks.sh              # all three parts below, in order
 #   bash scripts/gpu_checks.sh tests        # correctness only (a minute or two)
-#   bash scripts/gpu_checks.sh kernels      # activation kernels: launch shapes, then vs ReLU²
+#   bash scripts/gpu_checks.sh kernels      # activation kernels (launch shapes, vs ReLU²), loss
 #   bash scripts/gpu_checks.sh training     # paper_1b iterations per activation and settings
 # (QUICK=1 still means "tests" only.) Tests assert correctness on the real kernels (float64
 # references, determinism, > 2^31 elements); the benchmarks print tables with ratios to ReLU²
@@ -30,6 +30,8 @@ if wants kernels; then
     python -m scripts.bench_activations --device cuda --dtype "$dtype" --shape 5 4096 9216 \
       --rows relu2 xielu xiprelu swiglu "xielu paper reference"
   done
+  # the paper's 1.1B LM head + loss at 5 x 4096 tokens: chunk sizes, eager vs compiled softmax
+  python -m scripts.bench_loss --device cuda --tokens 20480 --dim 1536 --vocab 147456
 fi
 
 if wants training; then
