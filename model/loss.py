@@ -97,8 +97,8 @@ def chunk_loss_and_grad(
         return losses, None
     scale = row_scale / sum_exp
     dlogits = exps.mul_(scale[:, None]).to(logits.dtype)
-    # the target's entry, softmax - 1: in fp32 before rounding (it is near -1/count when the
-    # model is right, and rounding the softmax first would cancel its digits)
+    # the target's entry, (softmax - 1) * row_scale, in fp32 before rounding: a confident right
+    # model has softmax ~ 1 there, and a softmax rounded to bf16 first would cancel to 0
     target_grad = (target_logit - row_max).exp() * scale - row_scale
     dlogits[torch.arange(len(safe), device=safe.device), safe] = target_grad.to(logits.dtype)
     return losses, dlogits

@@ -5,9 +5,10 @@ reasons):
 
 1. **activation checkpointing**, by wrapping each block (the model itself knows nothing of it;
    parameter and state-dict names do not change): ``full`` recomputes the whole block in
-   backward, ``selective`` keeps the outputs of matmuls and attention and recomputes only the
-   cheap pointwise work (norms, RoPE, the activation);
-2. **compile**: each (wrapped) block, or the whole model;
+   backward, ``selective`` keeps the outputs of matmuls and attention that backward reads and
+   recomputes only the cheap pointwise work (norms, RoPE, the activation);
+2. **compile**: each (wrapped) block and the loss's softmax (``model/loss.py``), or the whole
+   model;
 3. **DDP or FSDP2** (``fully_shard`` each block, then the root: a block's all-gather overlaps the
    previous block's compute);
 4. the **precision policy**: fp32 master weights; bf16 autocast for compute when ``bf16``, and
@@ -174,7 +175,8 @@ def parallelize(model: nn.Module, env: Env, plan: ParallelPlan) -> TrainingModel
 
 
 def apply_compile(model: nn.Module, scope: str) -> None:
-    """``torch.compile`` in place (names unchanged): each block, the whole model, or nothing."""
+    """``torch.compile`` in place (names unchanged): each block and the loss's softmax, the whole
+    model, or nothing."""
     if scope == "blocks":
         for block in model.layers:
             block.compile()
