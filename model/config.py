@@ -42,10 +42,11 @@ class ModelConfig:
         vocab_multiple: padding multiple for a tokenizer-derived vocabulary (128: a multiple of
             every tensor-core tile size and of 8-way tensor parallel shards).
         loss_chunk_tokens: tokens per chunk of the fused LM-head cross-entropy (``model/loss.py``);
-            peak logits memory is this times the vocabulary, in fp32 (eager) or bf16 (compiled).
-            Every chunk reads the head's weight twice and adds its vocab x dim weight gradient
-            to the fp32 sum, so fewer, larger chunks are faster: the paper's presets take 4096
-            (+4 GiB at 1.1B against 1024; ``python -m scripts.bench_loss`` times the choice).
+            the loss holds about 6 bytes (eager) or 4 (compiled) per token of a chunk and entry
+            of the vocabulary. Every chunk reads the head's weight twice and adds its vocab x dim
+            weight gradient to the fp32 sum, so fewer, larger chunks are faster: the paper's
+            presets take 4096 (+2.8 GiB at 1.1B against 1024; ``python -m scripts.bench_loss``
+            times the choice).
     """
 
     vocab_size: int | None = None

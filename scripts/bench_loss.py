@@ -1,9 +1,10 @@
 """Benchmark the fused LM head + cross-entropy (``model/loss.py``): chunk sizes, eager vs compiled.
 
     python -m scripts.bench_loss                                  # CPU, a small head
-    python -m scripts.bench_loss --device cuda --tokens 20480 --dim 2048 --vocab 131072
+    python -m scripts.bench_loss --device cuda --tokens 20480 --dim 1536 --vocab 147456
 
-The second line is the paper's 1.1B head at 5 x 4096 tokens per GPU (Mistral NeMo's vocabulary).
+The second line is the paper's 1.1B head (``configs/model/paper_1b.yaml``) at 5 x 4096 tokens
+per GPU.
 One row = forward + backward of ``linear_cross_entropy`` under bf16 autocast, as the trainer
 runs it. Every row is timed in the same run and printed as a ratio to the first (eager, the
 smallest chunk). What the rows separate:

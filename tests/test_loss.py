@@ -125,8 +125,9 @@ def test_the_target_entry_of_the_gradient_is_rounded_once_from_fp32():
     # number; softmax rounded to bf16 first would give 1 - 1 = 0 there
     logits = torch.full((1, 8), -2.0)
     logits[0, 3] = 8.0  # softmax 0.99968 there, which bf16 rounds to 1
+    identity = torch.eye(8, dtype=torch.bfloat16)  # h @ I.T: the logits themselves, exactly
     _, dlogits = chunk_loss_and_grad(
-        logits.bfloat16(), torch.tensor([3]), torch.tensor([True]), torch.tensor([1.0])
+        logits.bfloat16(), identity, torch.tensor([3]), torch.tensor([True]), torch.tensor([1.0])
     )
     exact = torch.softmax(logits.double(), -1)[0, 3] - 1
     assert dlogits.dtype == torch.bfloat16

@@ -225,8 +225,9 @@ def keep_matmuls_but_the_last(linears_per_block: int):
     It keeps matmul and attention outputs, except the block's last linear layer's (the MLP's
     down projection): nothing in backward reads that output, and recomputation stops as soon
     as it has rebuilt what backward reads, before it reaches that layer, so keeping it would
-    only hold ``tokens x dim`` per layer (1.3 GB at the paper's 1.1B, batch 5 x 4096, eager).
-    Linear layers are counted in call order, separately for the forward and the recomputation.
+    only hold ``tokens x dim`` per layer (1.5 GB at the paper's 1.1B, batch 5 x 4096, eager).
+    Linear layers are counted in call order; torch versions that also consult the policy during
+    recomputation (``ctx.is_recompute``) get a count of their own there.
     """
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
