@@ -55,7 +55,8 @@ under "activations". ``--world-size N`` runs the trainer's FSDP2 path for N GPUs
 process, over a fake process group (``torch.testing._internal.distributed.fake_pg``): each rank
 then keeps 1/N of the fp32 state, all-gathers one block's bf16 weights at a time (two with
 prefetching), and, between the micro-batches of an accumulated step
-(``set_requires_gradient_sync(False)``), keeps full unsharded fp32 gradients. The residual
+(``set_requires_gradient_sync(False)``), keeps full unsharded fp32 gradients, unless
+``--reduce-every-micro-batch`` (``trainer.fsdp_reduce_every_micro_batch``). The residual
 stream stays fp32 as on one GPU (``training.parallelize.apply_fsdp``), so the q, k and v
 projections each save their own autocast cast of the fp32 norm output, as on one GPU.
 
@@ -247,6 +248,7 @@ def estimate(
     checkpointing: str = "none",
     world_size: int = 1,
     micro_steps: int = 2,
+    reduce_every_micro_batch: bool = False,
 ) -> Estimate:
     """Peak memory of one bf16 training step of ``config`` on one of ``world_size`` GPUs."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -266,7 +268,10 @@ def estimate(
     device = torch.device("cpu")
     fake_mode = FakeTensorMode()
     plan = ParallelPlan(
-        parallelism="fsdp" if world_size > 1 else "none", bf16=True, checkpointing=checkpointing
+        parallelism="fsdp" if world_size > 1 else "none",
+        bf16=True,
+        checkpointing=checkpointing,
+        reduce_every_micro_batch=reduce_every_micro_batch,
     )
     with fake_process_group(world_size), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         model = fake_model(config, fake_mode)
@@ -372,6 +377,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         help="micro-batches per step: 1 = no gradient accumulation; 2 shows the steady state "
         "of any longer accumulation (gradients alive through forward)",
     )
+    parser.add_argument(
+        "--reduce-every-micro-batch",
+        action="store_true",
+        help="FSDP2: reduce-scatter gradients after every micro-batch "
+        "(trainer.fsdp_reduce_every_micro_batch)",
+    )
     parser.add_argument("--headroom", type=float, default=HEADROOM)
     parser.add_argument("--csv", type=Path)
     args = parser.parse_args(argv)
@@ -386,7 +397,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for checkpointing in args.checkpointing:
             for batch in args.batch:
                 result = estimate(
-                    config, batch, args.seq, checkpointing, args.world_size, args.micro_steps
+                    config,
+                    batch,
+                    args.seq,
+                    checkpointing,
+                    args.world_size,
+                    args.micro_steps,
+                    args.reduce_every_micro_batch,
                 )
                 rows.append(
                     {
@@ -408,6 +425,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         f"\n{args.preset} ({parameters} parameters), seq {args.seq}, bf16 autocast, eager, "
         f"{args.micro_steps} micro-batch(es) per step, "
         + (f"FSDP2 over {args.world_size} GPUs" if args.world_size > 1 else "one GPU")
+        + (", gradients reduced every micro-batch" if args.reduce_every_micro_batch else "")
         + f"; fits = peak <= usable memory less {args.headroom:.0%}\n"
     )
     print("\n".join(table(rows, args.headroom)))

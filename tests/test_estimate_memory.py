@@ -98,6 +98,19 @@ def test_fsdp2_accumulation_keeps_full_unsharded_fp32_gradients_on_every_rank():
     assert accumulated.state - synced.state >= 4 * count
 
 
+def test_fsdp2_reducing_every_micro_batch_keeps_only_this_ranks_gradient_shard():
+    config = tiny()
+    count = sum(p.numel() for p in parameter_tensors(config))
+    synced = estimate(config, BATCH, SEQ, world_size=2, micro_steps=1)
+    accumulated = estimate(config, BATCH, SEQ, world_size=2, micro_steps=2)
+    reduced = estimate(
+        config, BATCH, SEQ, world_size=2, micro_steps=2, reduce_every_micro_batch=True
+    )
+    # the first micro-batch's gradients live on only as this rank's fp32 shard: 4 B / 2 ranks
+    assert reduced.state - synced.state == pytest.approx(2 * count, abs=64)
+    assert accumulated.peak - reduced.peak == pytest.approx(2 * count, abs=64)
+
+
 @pytest.mark.parametrize("activation", ["xielu", "swiglu"])
 @pytest.mark.parametrize("checkpointing", ["none", "full"])
 def test_saved_activations_are_what_autograd_saves_in_a_real_forward(activation, checkpointing):

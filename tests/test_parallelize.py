@@ -110,6 +110,9 @@ def test_plan_follows_the_trainer_config_and_its_former_boolean_switches():
     assert plan_from_config(TrainerConfig(precision="bf16"), cpu).bf16
     assert plan_from_config(TrainerConfig(precision="auto"), torch.device("cuda", 0)).bf16
     assert plan_from_config(TrainerConfig(precision="auto"), cpu).bf16 is False
+    fsdp = TrainerConfig(fsdp_reshard_after_forward=False, fsdp_reduce_every_micro_batch=True)
+    plan = plan_from_config(fsdp, cpu)
+    assert (plan.reshard_after_forward, plan.reduce_every_micro_batch) == (False, True)
 
 
 def test_unknown_checkpointing_mode_is_an_error_naming_the_key():

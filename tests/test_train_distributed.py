@@ -55,3 +55,32 @@ def test_two_processes_match_one_process_with_the_same_global_batch(
     code, output = run([*overrides, "trainer.steps=9"], torchrun=2, timeout=240)
     assert code == 0 and "resumed from" in output and "at step 8" in output, output[-3000:]
     assert 9 in losses(tmp_path)
+
+
+@pytest.mark.slow
+def test_fsdp2_reducing_every_micro_batch_follows_the_same_trajectory(corpus, tmp_path):
+    """Gradients reduce-scattered after each micro-batch and summed as shards equal those
+    summed whole and reduce-scattered once (``trainer.fsdp_reduce_every_micro_batch``)."""
+    trajectories = []
+    for every in ("false", "true"):
+        run_dir = tmp_path / every
+        overrides = tiny_overrides(
+            corpus,
+            run_dir,
+            **{
+                "trainer.parallelism": "fsdp",
+                "trainer.fsdp_reduce_every_micro_batch": every,
+                "trainer.global_batch": 8,  # 2 ranks x 2 micro-batches of 2
+                "trainer.steps": 6,
+                "trainer.eval_every": 0,
+                "trainer.checkpoint_every": 0,
+            },
+        )
+        code, output = run(overrides, torchrun=2, timeout=240)
+        assert code == 0, output[-3000:]
+        trajectories.append(losses(run_dir))
+    once, every_micro_batch = trajectories
+    assert sorted(once) == sorted(every_micro_batch) == [1, 2, 3, 4, 5, 6]
+    for step, loss in once.items():
+        assert every_micro_batch[step] == pytest.approx(loss, rel=1e-6, abs=1e-6), step
+    assert once[6] < once[1]

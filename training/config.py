@@ -76,6 +76,10 @@ class TrainerConfig:
         ``true``/``false`` mean ``full``/``none``.
     fsdp_reshard_after_forward: FSDP2: free each block's gathered weights after its forward
         (least memory) or keep them until its backward (one all-gather less per block).
+    fsdp_reduce_every_micro_batch: FSDP2 with gradient accumulation: reduce-scatter the
+        gradients after every micro-batch instead of keeping them whole, in fp32, until the
+        last one: 4 bytes per parameter less on every GPU (4.2 GiB at 1.1B, 11.2 at 3B) for one
+        reduce-scatter per micro-batch instead of per step.
     See ``training/parallelize.py`` for how these are applied.
     seed: model initialisation and everything else random.
     run_dir: where checkpoints, metrics.jsonl and the resolved config go.
@@ -104,6 +108,7 @@ class TrainerConfig:
     compile: str = "none"
     activation_checkpointing: str = "none"
     fsdp_reshard_after_forward: bool = True
+    fsdp_reduce_every_micro_batch: bool = False
     seed: int = 0
     run_dir: str = "runs/${now:%Y-%m-%d_%H-%M-%S}"
     checkpoint_every: int = 50

@@ -53,6 +53,8 @@ class ParallelPlan:
         reshard_after_forward: FSDP2: free each block's gathered parameters after its forward
             (ZeRO-3, least memory) or keep them for backward (ZeRO-2 style, one all-gather less
             per block and step).
+        reduce_every_micro_batch: FSDP2: reduce-scatter gradients after every micro-batch, so
+            no whole fp32 gradient waits for the last one (less memory, more communication).
     """
 
     parallelism: str = "none"
@@ -60,6 +62,7 @@ class ParallelPlan:
     compile: str = "none"
     checkpointing: str = "none"
     reshard_after_forward: bool = True
+    reduce_every_micro_batch: bool = False
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -88,6 +91,7 @@ def plan_from_config(trainer: TrainerConfig, device: torch.device) -> ParallelPl
         compile=trainer.compile,
         checkpointing=trainer.activation_checkpointing,
         reshard_after_forward=trainer.fsdp_reshard_after_forward,
+        reduce_every_micro_batch=trainer.fsdp_reduce_every_micro_batch,
     )
 
 
@@ -124,11 +128,12 @@ class TrainingModel:
         return torch.autocast(self.env.device.type, dtype=torch.bfloat16)
 
     def gradient_sync(self, enabled: bool) -> ContextManager:
-        """Reduce gradients over ranks only when ``enabled`` (the last micro-batch of a step)."""
+        """Reduce gradients over ranks only when ``enabled`` (the last micro-batch of a step), or
+        after every micro-batch under FSDP2 with ``plan.reduce_every_micro_batch``."""
         if self.ddp and not enabled:
             return self.module.no_sync()
         if self.fsdp:
-            self.module.set_requires_gradient_sync(enabled)
+            self.module.set_requires_gradient_sync(enabled or self.plan.reduce_every_micro_batch)
         return contextlib.nullcontext()
 
     def clip_grad_norm_(self, max_norm: float) -> float:
