@@ -23,6 +23,7 @@ runs out of memory says so. Results are printed, never asserted.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +72,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return rows
 
 
-def measure(name, loss_fn, hidden, weight, device, args) -> dict:
+def measure(
+    name: str,
+    loss_fn: Callable[[], torch.Tensor],
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    device: torch.device,
+    args: argparse.Namespace,
+) -> dict:
     def step():
         with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = loss_fn()

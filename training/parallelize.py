@@ -224,7 +224,7 @@ _SAVED_OPS = {
 _LINEAR_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
 
 
-def keep_matmuls_but_the_last(linears_per_block: int):
+def keep_matmuls_but_the_last(linears_per_block: int) -> tuple[ContextManager, ContextManager]:
     """A selective-checkpointing policy for one block's forward (and its recomputation).
 
     It keeps matmul and attention outputs, except the block's last linear layer's (the MLP's
