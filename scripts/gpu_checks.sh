@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every check that needs a CUDA GPU, in one command (see README, "On a GPU"):
-#   bash scripts/gpu_checks.sh              # all three parts below, in order
+#   bash scripts/gpu_checks.sh              # all four parts below, in order
 #   bash scripts/gpu_checks.sh tests        # correctness only (a minute or two)
 #   bash scripts/gpu_checks.sh kernels      # activation kernels (launch shapes, vs ReLU²), loss
-#   bash scripts/gpu_checks.sh training     # paper_1b iterations per activation and settings
+#   bash scripts/gpu_checks.sh training     # paper_1b iterations: ReLU², xIELU; none, selective
+#   bash scripts/gpu_checks.sh training-others   # the same for xIPReLU and SwiGLU, selective
 # (QUICK=1 still means "tests" only.) Tests assert correctness on the real kernels (float64
 # references, determinism, > 2^31 elements); the benchmarks print tables with ratios to ReLU²
 # measured in the same run, never assertions.
@@ -34,12 +35,15 @@ if wants kernels; then
   python -m scripts.bench_loss --device cuda --tokens 20480 --dim 1536 --vocab 147456
 fi
 
+# paper_1b training iterations at the paper's per-GPU batch, one fresh process per row, each
+# compiling its blocks and loss (a minute or more): four rows, then three, one ten-minute slot each
 if wants training; then
-  # paper_1b training iterations at the paper's per-GPU batch: without checkpointing (does it
-  # fit?) and selective (the default), then the other two activations at the default; six
-  # fresh processes, each compiling its blocks, sized for one ten-minute slot
+  # without checkpointing (does it fit?) and selective (the default)
   python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
     --compile blocks --checkpointing none selective --activations relu2 xielu
+fi
+if wants training-others; then
+  # the other two activations at the default, against ReLU² in the same run
   python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
     --compile blocks --checkpointing selective --activations relu2 xiprelu swiglu
 fi
