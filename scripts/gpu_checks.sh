@@ -32,7 +32,8 @@ if wants kernels; then
       --rows relu2 xielu xiprelu swiglu "xielu paper reference"
   done
   # the paper's 1.1B LM head + loss at 5 x 4096 tokens: chunk sizes, eager vs compiled softmax
-  python -m scripts.bench_loss --device cuda --tokens 20480 --dim 1536 --vocab 147456
+  python -m scripts.bench_loss --device cuda --tokens 20480 --dim 1536 --vocab 147456 \
+    --chunks 1024 4096
 fi
 
 # paper_1b training iterations at the paper's per-GPU batch, one fresh process per row, each
