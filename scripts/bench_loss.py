@@ -4,10 +4,9 @@
     python -m scripts.bench_loss --device cuda --tokens 20480 --dim 1536 --vocab 147456
 
 The second line is the paper's 1.1B head (``configs/model/paper_1b.yaml``) at 5 x 4096 tokens
-per GPU.
-One row = forward + backward of ``linear_cross_entropy`` under bf16 autocast, as the trainer
-runs it. Every row is timed in the same run and printed as a ratio to the first (eager, the
-smallest chunk). What the rows separate:
+per GPU. One row = forward + backward of ``linear_cross_entropy`` under bf16 autocast, as the
+trainer runs it. Every row is timed in the same run and printed as a ratio to the first (eager,
+the smallest chunk). What the rows separate:
 
 - eager vs compiled: the softmax and its gradient between the GEMMs, as about eight eager passes
   over each chunk's logits (several in fp32) or as the two passes Inductor makes of them;
