@@ -23,6 +23,15 @@ for path in (ROOT, os.path.join(ROOT, "tests")):
         sys.path.insert(0, path)
 
 
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches empty before and after: a test's compilations neither count towards the
+    recompile limit of a later one nor reuse an earlier one's."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """Real documents as parquet files of several row groups (tests/data_fixtures.py)."""

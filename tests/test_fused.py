@@ -195,7 +195,7 @@ def test_unknown_backend_is_refused_at_construction():
 
 
 @pytest.fixture
-def fresh_compiled_kernels(monkeypatch):
+def fresh_compiled_kernels(monkeypatch, fresh_dynamo):
     """The compiled CPU path as a new process sees it, whatever ran earlier in this one.
 
     ``ops`` keeps process-wide state: after one failed compile (a broken toolchain, or dynamo's
@@ -207,10 +207,8 @@ def fresh_compiled_kernels(monkeypatch):
     monkeypatch.setattr(ops, "_compile_failed", False)
     monkeypatch.setattr(ops, "_over_recompile_limit", set())
     ops._compiled.cache_clear()
-    torch._dynamo.reset()
     yield
     ops._compiled.cache_clear()
-    torch._dynamo.reset()
 
 
 # The alpha gradients are fp32 sums of ~6000 products that Inductor's vectorised loop adds in

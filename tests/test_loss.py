@@ -73,13 +73,6 @@ def test_evaluation_under_no_grad_gives_the_same_loss_without_gradient_work():
     assert without.grad_fn is None and torch.equal(without, with_grad.detach())
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def test_compiled_chunk_math_equals_the_full_logits_reference(fresh_dynamo):
     from torch._dynamo.utils import counters
 
