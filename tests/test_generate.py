@@ -10,7 +10,7 @@ from data_fixtures import write_parquet_corpus
 from eval.generate import main as generate_cli
 from model import Llama, ModelConfig
 from model.kv_cache import KVCache
-from model.sampling import GREEDY, SamplingConfig, filter_logits, generate
+from model.sampling import GREEDY, SamplingConfig, filter_logits, generate, next_token
 from train_helpers import run_in_process, tiny_overrides
 
 VOCAB = 96
@@ -146,6 +146,25 @@ def test_top_p_keeps_the_smallest_set_of_likeliest_tokens_reaching_p():
     assert kept(1.0) == [True, True, True, True]
     top2 = filter_logits(logits, SamplingConfig(top_k=2)).isfinite()[0].tolist()
     assert top2 == [False, True, False, True]
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_temperature_divides_the_logits_before_top_p_and_sampling(temperature):
+    """Sampling at temperature T draws from softmax(logits / T): the filtered logits are
+    logits / T, top-p ranks the tempered probabilities, and the draws' frequencies follow them."""
+    logits = torch.tensor([[0.05, 0.5, 0.15, 0.3]]).log()
+    tempered = filter_logits(logits, SamplingConfig(temperature=temperature))
+    torch.testing.assert_close(tempered, logits / temperature)
+    # p = 0.7: at T = 1 the two likeliest (0.5, 0.3) reach it; at T = 2 the tempered
+    # probabilities (0.38, 0.29, 0.21, 0.12) need three, at T = 0.5 one (0.69) does not
+    kept = filter_logits(logits, SamplingConfig(temperature=temperature, top_p=0.7)).isfinite()
+    expected = {0.5: [False, True, False, True], 2.0: [False, True, True, True]}[temperature]
+    assert kept[0].tolist() == expected
+    generator = torch.Generator().manual_seed(0)
+    draws = next_token(logits.expand(20000, 4), SamplingConfig(temperature=temperature), generator)
+    frequencies = torch.bincount(draws, minlength=4) / 20000
+    expected_probabilities = (logits / temperature).softmax(-1)[0]
+    torch.testing.assert_close(frequencies, expected_probabilities, atol=0.01, rtol=0)
 
 
 def test_padding_ids_past_the_tokenizers_vocabulary_are_never_drawn():

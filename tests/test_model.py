@@ -48,7 +48,14 @@ def test_parameter_count_matches_the_built_model(overrides):
 def test_tied_embeddings_share_one_matrix():
     model = Llama(tiny())
     assert model.lm_head.weight is model.embed_tokens.weight
-    assert Llama(tiny(tie_embeddings=False)).lm_head.weight is not None
+    untied = Llama(tiny(tie_embeddings=False))
+    assert untied.lm_head.weight is not untied.embed_tokens.weight
+    tied_count = sum(p.numel() for p in model.parameters())
+    untied_count = sum(p.numel() for p in untied.parameters())
+    assert untied_count == tied_count + untied.lm_head.weight.numel()
+    with torch.no_grad():  # one matrix: a change through the embedding shows in the head
+        model.embed_tokens.weight[3, 0] += 1.0
+    assert model.lm_head.weight[3, 0] == model.embed_tokens.weight[3, 0]
 
 
 def test_flops_per_token_follow_the_palm_formula():

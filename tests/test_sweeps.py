@@ -101,6 +101,10 @@ def test_submitit_local_runs_a_two_job_sweep_and_the_table_reads_it(tmp_path):
         assert max(m["step"] for m in metrics(run)) == 12
     rows = results_table([str(r) for r in runs])
     assert [r["activation"] for r in rows] == ["xielu", "relu2"]
-    for row in rows:
-        assert math.isfinite(row["stable_loss"]) and math.isfinite(row["final_loss"])
-        assert row["final_ppl"] == pytest.approx(math.exp(row["final_loss"]))
+    for run, row in zip(runs, rows, strict=True):
+        # 12 steps, 4 of cooldown: the stable phase ends at step 8, validated by eval_every=8
+        validation = {m["step"]: m["val/loss"] for m in metrics(run) if "val/loss" in m}
+        assert validation.keys() == {8, 12} and validation[8] != validation[12]
+        assert (row["stable_loss"], row["final_loss"]) == (validation[8], validation[12])
+        assert row["stable_ppl"] == pytest.approx(math.exp(validation[8]))
+        assert row["final_ppl"] == pytest.approx(math.exp(validation[12]))
