@@ -13,6 +13,10 @@ import pytest
 import torch
 
 os.environ.setdefault("XIELU_BACKEND", "eager")
+# one thread everywhere: in-process runs and the subprocesses they are compared with
+# (train_helpers.launch) reduce in the same order, and pytest-xdist's two workers each get a core
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

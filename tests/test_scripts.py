@@ -4,7 +4,7 @@ import ast
 import json
 import subprocess
 import sys
-import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -82,19 +82,23 @@ def test_checkpoint_benchmark_saves_the_same_state_both_ways(capsys):
     assert "| async |" in capsys.readouterr().out
 
 
-def test_median_ms_divides_a_sample_of_back_to_back_calls_by_their_number():
+def test_median_ms_divides_a_sample_of_back_to_back_calls_by_their_number(monkeypatch):
+    """On a clock that only the timed function moves: 1 warmup call, 1 call timed alone (2 ms,
+    so a 40 ms sample holds 20 calls), then 3 samples of 20 calls at 2, 5 and 3 ms each."""
+    import scripts.common
     from scripts.common import median_ms
 
-    calls = []
+    durations = [7.0, 2.0] + [2.0] * 20 + [5.0] * 20 + [3.0] * 20
+    clock = SimpleNamespace(now=0.0, calls=0)
 
-    def nap() -> None:
-        calls.append(1)
-        time.sleep(0.002)
+    def call() -> None:
+        clock.now += durations[clock.calls] / 1e3
+        clock.calls += 1
 
-    ms = median_ms(nap, torch.device("cpu"), warmup=1, repeats=3, min_sample_ms=40)
-    # a sample lasts at least 40 ms; one call at least 2 ms (sleep never returns early)
-    assert 2.0 <= ms < 40.0
-    assert len(calls) > 1 + 1 + 3  # more than one call per sample
+    monkeypatch.setattr(scripts.common, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+    ms = median_ms(call, torch.device("cpu"), warmup=1, repeats=3, min_sample_ms=40)
+    assert ms == pytest.approx(3.0)  # the median sample, per call
+    assert clock.calls == len(durations)
 
 
 def test_kernel_tuning_picks_per_dtype_the_least_total_over_both_kinds():

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from data.config import DataConfig
 from model.config import ModelConfig
+from training.preemption import parse_debug_signal
 
 
 @dataclass
@@ -97,6 +98,9 @@ class TrainerConfig:
     debug_nan_steps: fault injection for tests: make the loss NaN at these (0-based) steps.
     debug_crash_in_checkpoint_at: fault injection for tests: die halfway through this step's
         checkpoint save, after the shards are written and before the checkpoint is published.
+    debug_signal: fault injection for tests: ``SIGNAL@STEP[@RANK]``, the process (of that rank)
+        sends itself SIGNAL right after step STEP is logged: an interruption at a known step,
+        where a signal sent from outside would race the run.
     """
 
     steps: int = 100
@@ -121,6 +125,7 @@ class TrainerConfig:
     collective_timeout_s: int = 1800
     debug_nan_steps: list[int] = field(default_factory=list)
     debug_crash_in_checkpoint_at: int = -1
+    debug_signal: str = ""
 
     def __post_init__(self) -> None:
         # true/false, as these keys took when they were switches (OmegaConf passes "True")
@@ -241,6 +246,7 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
         )
     if not 0 <= o.min_lr <= o.lr:
         raise ValueError(f"optim.min_lr={o.min_lr} must lie in [0, optim.lr={o.lr}]")
+    parse_debug_signal(t.debug_signal)  # raises naming the key
     if config.data.seq_len > config.model.max_seq_len:
         raise ValueError(
             f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len="

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -29,7 +30,12 @@ from training.metrics import (
 )
 from training.optim import build_optimizer
 from training.parallelize import parallelize, plan_from_config
-from training.preemption import EXIT_PREEMPTED, Preemption, requeue_or_exit_code
+from training.preemption import (
+    EXIT_PREEMPTED,
+    Preemption,
+    parse_debug_signal,
+    requeue_or_exit_code,
+)
 from training.schedule import learning_rate
 from training.summary import run_summary
 from training.validation import validation_loss
@@ -100,6 +106,7 @@ class Trainer:
                     elapsed = time.perf_counter() - started
                     rate = (self.step - start_step) / max(elapsed, 1e-9)
                     self._log(metrics, step_time, (t.steps - self.step) / max(rate, 1e-9))
+                self._debug_signal()
                 # a preemption signal goes straight to the checkpoint: the grace period is short
                 preempted = distributed.any_rank(self.preemption.requested is not None, env.device)
                 if preempted and env.is_main:
@@ -219,6 +226,14 @@ class Trainer:
             record["mfu"] = per_device * self.flops_per_token / self.peak
         self.logger.log(self.step, record)
         self.logger.log_alpha_table(self.step, per_layer)
+
+    def _debug_signal(self) -> None:
+        injected = parse_debug_signal(self.config.trainer.debug_signal)
+        if injected is None:
+            return
+        sig, step, rank = injected
+        if self.step == step and rank in (None, self.env.rank):
+            os.kill(os.getpid(), sig)
 
     def _should(self, every: int) -> bool:
         return every > 0 and self.step % every == 0

@@ -50,3 +50,24 @@ def requeue_or_exit_code() -> int:
         except (OSError, subprocess.SubprocessError) as error:
             log.error("could not requeue SLURM job %s: %s", job, error)
     return EXIT_PREEMPTED
+
+
+def parse_debug_signal(spec: str) -> tuple[signal.Signals, int, int | None] | None:
+    """``trainer.debug_signal`` as (signal, step, rank or None for every rank); None when empty.
+
+    ``"SIGKILL@6"``: every rank sends itself SIGKILL once step 6 is logged; ``"SIGKILL@5@1"``:
+    rank 1 alone. Tests use it to interrupt a run at a known step instead of racing it from
+    outside; the signal is real, so what follows it is what a scheduler's signal causes.
+    """
+    if not spec:
+        return None
+    name, _, rest = spec.partition("@")
+    step, _, rank = rest.partition("@")
+    try:
+        sig = signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
+        return sig, int(step), int(rank) if rank else None
+    except (KeyError, ValueError):
+        raise ValueError(
+            f"trainer.debug_signal={spec!r} is not SIGNAL@STEP or SIGNAL@STEP@RANK "
+            "(e.g. SIGKILL@6)"
+        ) from None
