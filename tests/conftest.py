@@ -27,6 +27,13 @@ for path in (ROOT, os.path.join(ROOT, "tests")):
         sys.path.insert(0, path)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Slow tests first (stable order otherwise), so that with two xdist workers the longest
+    runs (the quickstart's ~90 s) start at once and overlap the many quick tests, rather than
+    finishing alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def fresh_dynamo():
     """Dynamo's caches empty before and after: a test's compilations neither count towards the

@@ -3,10 +3,13 @@
 Times are not asserted (benchmarks measure, tests check behaviour); sizes and saved bytes are.
 """
 
+import pytest
+
 from eval.paper import EFFICIENCY_TABLE
 from scripts.bench_throughput import main
 
 
+@pytest.mark.slow
 def test_efficiency_table_matches_sizes_and_prints_the_papers_ratios(tmp_path, capsys):
     rows = main(
         "--dim 64 --layers 2 --vocab-size 256 --batch 2 --seq 32 --warmup 0 --repeats 1 "
@@ -32,6 +35,7 @@ def test_efficiency_table_matches_sizes_and_prints_the_papers_ratios(tmp_path, c
     assert (tmp_path / "table.csv").read_text().count("\n") == 4
 
 
+@pytest.mark.slow
 def test_a_grid_of_settings_gives_a_group_of_rows_each_and_the_fastest_per_activation(capsys):
     tiny = "--dim 32 --layers 1 --vocab-size 128 --batch 2 --seq 16 --warmup 0 --repeats 1"
     rows = main([*tiny.split(), "--checkpointing", "none", "selective", "--activations", "xielu"])

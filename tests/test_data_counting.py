@@ -68,7 +68,6 @@ def test_validation_documents_counts_documents_not_skipped_records(tmp_path):
     assert all(torch.equal(a["inputs"], b["inputs"]) for a, b in zip(shards, texts, strict=True))
 
 
-@pytest.mark.slow
 def test_streamed_source_holds_out_documents_too(tmp_path):
     texts = [None, "", *[text(i) for i in range(10)]]
     pq.write_table(pa.table({"text": texts}), tmp_path / "docs.parquet")

@@ -64,7 +64,6 @@ def test_connection_errors_mid_epoch_are_retried_from_the_last_record(parquet_fi
         assert torch.equal(a["inputs"], b["inputs"]) and torch.equal(a["targets"], b["targets"])
 
 
-@pytest.mark.slow
 def test_a_persistent_connection_error_stops_after_the_retries_naming_the_files(
     parquet_files, monkeypatch
 ):

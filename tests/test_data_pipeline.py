@@ -79,7 +79,6 @@ def test_two_ranks_two_workers_read_every_token_once(tmp_path, row_group_size):
     assert sum(single.values()) > 10_000
 
 
-@pytest.mark.slow
 def test_dataloader_workers_are_the_rank_major_streams(corpus):
     directory, _ = corpus
     loader = build_loader(config(directory, num_workers=2), batch_size=2, rank=1, world_size=2)
@@ -125,7 +124,6 @@ def test_resume_yields_the_same_next_batches_twice_over(corpus, workers):
     assert_same_batches(got, expected)
 
 
-@pytest.mark.slow
 def test_resume_on_another_dataset_or_past_restore_loader_is_refused(corpus, tmp_path):
     """Another world size resumes through ``restore_loader`` (tests/test_data_repartition.py);
     a state loaded into a loader of another layout without it is refused, and so is another

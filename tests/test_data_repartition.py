@@ -187,7 +187,6 @@ def test_tokenized_2x2_then_1x1_then_2x1_yields_every_window_once_per_epoch(shar
     assert seen == Counter({window: 3 for window in one_epoch})
 
 
-@pytest.mark.slow
 def test_a_worker_count_change_reads_every_ranks_state_through_the_callback(shards):
     loader = build_loader(token_config(shards), BATCH)
     take(loader, 5)
@@ -200,7 +199,6 @@ def test_a_worker_count_change_reads_every_ranks_state_through_the_callback(shar
     assert len(state["carry"]) > 0 and state["stats"]["windows"] == 5 * BATCH
 
 
-@pytest.mark.slow
 def test_a_streamed_hub_source_refuses_another_layout_and_says_what_to_do(tmp_path):
     write_parquet_corpus(tmp_path, files=2, row_group_size=20)
     cfg = DataConfig(
@@ -220,6 +218,7 @@ def test_a_streamed_hub_source_refuses_another_layout_and_says_what_to_do(tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("processes")
 def test_a_two_process_run_resumes_in_one_process_where_its_data_left_off(tmp_path):
     """torchrun 2 processes for 4 steps, then 1 process for 4 more: the trainer's data position
     is, step for step, the one the data layer computes (whose exactness the tests above show)."""

@@ -182,7 +182,6 @@ def test_unreachable_hub_fails_after_one_bounded_probe(monkeypatch):
     assert probes == [HUB_TIMEOUT_S] and HUB_TIMEOUT_S <= 15
 
 
-@pytest.mark.slow
 def test_streamed_source_resumes_exactly_after_two_resumes(parquet_dir):
     # the datasets streaming path on local parquet: same code as the Hub, no network
     cfg = DataConfig(

@@ -98,6 +98,7 @@ def test_fsdp2_accumulation_keeps_full_unsharded_fp32_gradients_on_every_rank():
     assert accumulated.state - synced.state >= 4 * count
 
 
+@pytest.mark.slow
 def test_fsdp2_reducing_every_micro_batch_keeps_only_this_ranks_gradient_shard():
     config = tiny()
     count = sum(p.numel() for p in parameter_tensors(config))
@@ -144,6 +145,7 @@ def test_activation_memory_is_linear_in_the_sequence_length():
     assert saved[2] - saved[1] == 2 * (saved[1] - saved[0]) > 0
 
 
+@pytest.mark.slow
 def test_checkpointing_orders_activation_memory_full_selective_none():
     config = tiny()
     runs = {mode: estimate(config, BATCH, SEQ, mode) for mode in ("none", "full", "selective")}
@@ -157,6 +159,7 @@ def test_fits_leaves_the_headroom_free():
     assert fits(75 * GIB, 80 * GIB, 0.1) == "no (3.0 GiB over)"
 
 
+@pytest.mark.slow
 def test_the_table_has_a_row_per_setting_and_says_what_fits(capsys):
     model = "--preset tiny --vocab-size 512 --seq 32"
     rows = main(f"{model} --batch 1 2 --activations xielu --checkpointing none full".split())

@@ -50,10 +50,75 @@ def test_batched_and_single_requests_agree_and_long_contexts_are_truncated(lm):
         assert a == pytest.approx(b, rel=1e-5) and math.isfinite(a)
 
 
-def test_rolling_loglikelihood_covers_every_token_once(lm):
-    text = "word " * 150  # several 64-token windows
-    (total,) = lm.loglikelihood_rolling([request(text)])
-    assert total < 0 and math.isfinite(total)
+def byte_level_hf_tokenizer():
+    """A transformers tokenizer, built in memory, that gives the ``bytes`` tokenizer's ids:
+    GPT-2's byte-to-character map with no merges, so each UTF-8 byte is its own token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    vocab = {char: byte for byte, char in bytes_to_unicode().items()}
+    vocab.update({"<bos>": 256, "<eos>": 257})
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<bos>", eos_token="<eos>")
+
+
+ROLLING_TEXT = "Naïve café owners — 42 of them — met at 9:30.\n\tThe quick brown fox jumps. "
+
+
+@pytest.mark.slow
+def test_rolling_loglikelihood_equals_lm_evals_own_hugging_face_model():
+    """lm-eval's HFLM is the reference implementation of rolling windows (every token a target
+    exactly once, each window conditioned on the tokens before it up to the model's length), so
+    the adapter must reproduce its per-document totals on the same network and token ids.
+
+    Like for like: the adapter precedes the first window with EOS, HFLM with BOS unless told
+    otherwise, so HFLM is given ``prefix_token_id=EOS``. The documents are 3.6 windows long, one
+    window, one window plus a token, two windows, and shorter than a window."""
+    from lm_eval.models.huggingface import HFLM
+
+    from model.hf import to_hf_model
+
+    tokenizer = load_tokenizer(TokenizerConfig("bytes"))
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=tokenizer.vocab_size,
+        dim=32,
+        n_layers=2,
+        n_heads=2,
+        gated_hidden=64,
+        max_seq_len=64,
+    )
+    model = Llama(config).eval()
+    with torch.no_grad():  # away from the initialisation, so that the context matters
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    project = ProjectLM(model, tokenizer, batch_size=3)
+    hf_tokenizer = byte_level_hf_tokenizer()
+    hf_model = to_hf_model(model, bos_token_id=tokenizer.bos_id, eos_token_id=tokenizer.eos_id)
+    reference = HFLM(
+        pretrained=hf_model,
+        tokenizer=hf_tokenizer,
+        device="cpu",
+        batch_size=4,
+        prefix_token_id=tokenizer.eos_id,
+    )
+    docs = [
+        (ROLLING_TEXT * 4)[:-40],
+        "x" * 64,
+        "y" * 65,
+        "abcdefgh" * 16,
+        "short",
+    ]
+    lengths = [len(tokenizer.encode(d)) for d in docs]
+    assert lengths[0] > 3 * 64 and lengths[0] % 64 and lengths[1:] == [64, 65, 128, 5]
+    assert [hf_tokenizer.encode(d) for d in docs] == [tokenizer.encode(d) for d in docs]
+    assert reference.max_length == project.max_length == 64
+    requests = [request(d) for d in docs]
+    expected = reference.loglikelihood_rolling(requests, disable_tqdm=True)
+    assert project.loglikelihood_rolling(requests) == pytest.approx(expected, rel=1e-5)
 
 
 def test_generation_stops_at_the_until_string(lm):

@@ -66,6 +66,7 @@ def test_plot_curves_draws_the_runs_training_and_validation_loss(reference, tmp_
     assert list(ppl.get_ydata()) == pytest.approx([math.exp(losses[s]) for s in sorted(losses)])
 
 
+@pytest.mark.slow
 def test_plot_alphas_draws_each_layers_learned_alphas_and_curves(reference, tmp_path, figures):
     from scripts.plot_alphas import main
 

@@ -27,6 +27,7 @@ def test_scripts_import_the_shared_helpers_never_one_another(path):
     assert own <= SHARED, f"{path.name} imports {sorted(own - SHARED)}: share through common"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command,cwd",
     [

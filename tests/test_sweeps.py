@@ -15,6 +15,7 @@ from train_helpers import ROOT, compose, metrics, tiny_overrides
 from training.distributed import adopt_slurm_tasks
 
 
+@pytest.mark.slow
 def test_ablation_sweep_is_the_papers_ablation_table_row_by_row():
     jobs = expand(load_sweep("ablation"))
     assert jobs == [
@@ -71,6 +72,7 @@ def test_slurm_tasks_become_torch_distributed_ranks(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("processes")
 def test_submitit_local_runs_a_two_job_sweep_and_the_table_reads_it(tmp_path):
     corpus = tmp_path / "corpus"
     write_parquet_corpus(corpus, files=2)

@@ -13,6 +13,7 @@ from train_helpers import compose, losses, metrics, run, run_in_process, tiny_ov
 from wandb_records import history_keys
 
 
+@pytest.mark.slow
 def test_invalid_configs_stop_before_any_work_naming_the_key(corpus, tmp_path):
     base = tiny_overrides(corpus, tmp_path / "run")
     with pytest.raises(ValueError, match=r"unknown configuration keys: trainer\.stepz"):
@@ -35,6 +36,7 @@ def test_invalid_configs_stop_before_any_work_naming_the_key(corpus, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_every_activation_and_experiment_composes(corpus, tmp_path):
     from xielu import available_activations
 
@@ -164,6 +166,7 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path):
     assert names == ["step_000002"]
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_receives_the_scalars_and_alpha_table(corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -81,13 +82,23 @@ def launch(overrides: list[str], torchrun: int = 0, **kwargs) -> subprocess.Pope
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group: a hung run is stopped whole
         **kwargs,
     )
 
 
 def run(overrides: list[str], torchrun: int = 0, timeout: float = 300, **kwargs):
+    """(exit code, output) of a run; a run still going after ``timeout`` is a hang: its whole
+    process group (torchrun's ranks and data workers too) is killed and the test fails with
+    the output so far, instead of leaving orphans that slow every later test."""
     process = launch(overrides, torchrun, **kwargs)
-    output, _ = process.communicate(timeout=timeout)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        message = f"the run hung for {timeout} s; its output:\n{output[-5000:]}"
+        raise AssertionError(message) from None
     return process.returncode, output
 
 

@@ -6,6 +6,7 @@ over its global batch, the same number whatever the world size (see ``tests/test
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import math
@@ -278,6 +279,18 @@ class Trainer:
         if self.env.is_main:
             log.info("resumed from %s at step %d", path, self.step)
 
+    def release_model(self) -> None:
+        """Drop the model and optimizer while the process group still exists.
+
+        DDP's reducer holds the gloo process group, and it is freed holding the GIL. Freed
+        after ``destroy_process_group``, it would own the group's last reference and run the
+        group's destructor, which joins a worker thread that may be waiting for the GIL to free
+        a tensor: the process hangs at exit (twice in two parallel test-suite runs on 2 cores). Freed
+        here, the group outlives it and ``destroy_process_group`` ends the group without the GIL.
+        """
+        self.model = self.optimizer = None
+        gc.collect()
+
     def _config_dict(self) -> dict:
         config = replace(self.config, model=self.model_config)
         return asdict(config)
@@ -306,4 +319,5 @@ def train(config: ExperimentConfig, config_yaml: str) -> int:
         log.error("%s", error)
         return EXIT_CHECKPOINT_FAILED
     finally:
+        trainer.release_model()
         distributed.shutdown()
