@@ -75,8 +75,8 @@ def test_rolling_loglikelihood_equals_lm_evals_own_hugging_face_model():
     the adapter must reproduce its per-document totals on the same network and token ids.
 
     Like for like: the adapter precedes the first window with EOS, HFLM with BOS unless told
-    otherwise, so HFLM is given ``prefix_token_id=EOS``. The documents are 3.6 windows long, one
-    window, one window plus a token, two windows, and shorter than a window."""
+    otherwise, so HFLM is given ``prefix_token_id=EOS``. The documents are 4 windows and a part
+    long, one window, one window plus a token, two windows, and shorter than a window."""
     from lm_eval.models.huggingface import HFLM
 
     from model.hf import to_hf_model
@@ -135,27 +135,89 @@ def test_local_suite_covers_the_papers_ten_benchmarks(tmp_path):
     assert (tmp_path / "gsm8k.jsonl").read_text().count("\n") == 1319
 
 
+# (task, doc_id) the oracle below answers right; every other document it answers wrong
+RIGHT = {
+    ("local_piqa", 0),
+    ("local_piqa", 1),
+    ("local_arc_easy", 0),
+    ("local_arc_easy", 1),
+    ("local_arc_challenge", 0),
+    ("local_gsm8k", 1),
+}
+
+
+class Oracle(ProjectLM):
+    """The project's adapter, run on lm-eval's requests, with its answers then overridden to
+    be right exactly on ``RIGHT``: the metrics lm-eval must report are known in advance."""
+
+    def loglikelihood(self, requests):
+        scores = super().loglikelihood(requests)
+        out = []
+        for r, (score, _) in zip(requests, scores, strict=True):
+            assert math.isfinite(score) and score <= 0
+            choices, gold = r.doc["choices"], r.doc["gold"]
+            chosen = gold if (r.task_name, r.doc_id) in RIGHT else (gold + 1) % len(choices)
+            # every other choice far below, even per byte (acc_norm)
+            out.append((score - (0 if r.idx == chosen else 1e9), False))
+        return out
+
+    def generate_until(self, requests):
+        short = [request(r.args[0], {**r.args[1], "max_gen_toks": 2}) for r in requests]
+        assert all(isinstance(text, str) for text in super().generate_until(short))
+        answers = [r.doc["answer"] for r in requests]
+        right = [(r.task_name, r.doc_id) in RIGHT for r in requests]
+        return [f" so {a}" if ok else f" so {a}1" for a, ok in zip(answers, right, strict=True)]
+
+
 @pytest.mark.slow
-def test_lm_eval_runs_the_local_tasks_and_the_table_aggregates(lm, tmp_path):
+def test_lm_eval_reports_a_model_of_known_accuracy_and_the_table_averages_rows(lm, tmp_path):
+    """The table's numbers are what the paper reports, so they are checked against values known
+    without lm-eval or ``table``: the oracle's accuracies, and the paper's aggregate (percent,
+    averaged within a row, then unweighted over the rows)."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     build_local_tasks(SHARED / "eval", tmp_path)
-    tasks = ["local_piqa", "local_arc_easy", "local_winogrande", "local_gsm8k"]
-    out = simple_evaluate(
-        model=lm, tasks=tasks, limit=2, task_manager=TaskManager(include_path=str(tmp_path))
-    )
+    oracle = Oracle(lm.model, lm.tokenizer, batch_size=3)
+    tasks = sorted({task for task, _ in RIGHT} | {"local_winogrande"})
+    # only the local tasks: indexing lm-eval's thousands of built-in YAMLs takes seconds
+    manager = TaskManager(include_path=str(tmp_path), include_defaults=False)
+    out = simple_evaluate(model=oracle, tasks=tasks, limit=2, task_manager=manager)
     results = out["results"]
+    reported = {
+        task: results[task][key]
+        for task, key in [
+            ("local_piqa", "acc,none"),
+            ("local_arc_easy", "acc_norm,none"),
+            ("local_arc_challenge", "acc_norm,none"),
+            ("local_winogrande", "acc,none"),
+            ("local_gsm8k", "exact_match,last-number"),
+        ]
+    }
+    assert reported == {
+        "local_piqa": 1.0,
+        "local_arc_easy": 1.0,
+        "local_arc_challenge": 0.5,
+        "local_winogrande": 0.0,
+        "local_gsm8k": 0.5,
+    }
     rows = {
         "PIQA": [("local_piqa", "acc")],
-        "ARC": [("local_arc_easy", "acc_norm")],
+        "ARC": [("local_arc_easy", "acc_norm"), ("local_arc_challenge", "acc_norm")],
         "Winogrande": [("local_winogrande", "acc")],
         "GSM8k": [("local_gsm8k", "exact_match")],
     }
     lines, aggregate = table(results, rows)
-    assert len(lines) == 2 + 4 + 1 and 0 <= aggregate <= 100
-    for task in tasks:
-        assert task in results
+    assert aggregate == pytest.approx((100 + 75 + 0 + 50) / 4)  # not (1 + 1 + .5 + 0 + .5) / 5
+    assert lines == [
+        "| benchmark | accuracy |",
+        "|---|---|",
+        "| PIQA | 100.0 |",
+        "| ARC | 75.0 |",
+        "| Winogrande | 0.0 |",
+        "| GSM8k | 50.0 |",
+        "| Aggregate Score | 56.2 |",
+    ]
 
 
 def test_generation_with_the_cache_equals_recomputing_the_prefix_each_token(lm):

@@ -4,8 +4,11 @@ import json
 import math
 
 import pytest
+import torch
+import torch.nn.functional as F
 
-from data_fixtures import write_parquet_corpus
+from data import load_tokenizer
+from data_fixtures import real_documents, write_parquet_corpus
 from eval.perplexity import main as perplexity
 from train_helpers import metrics, run_in_process, tiny_overrides
 from training.runs import load_trained_model
@@ -20,18 +23,56 @@ def trained(tmp_path_factory):
     return run_dir
 
 
+def direct_cross_entropy(run_dir, step: int, windows: int | None = None) -> tuple[float, int]:
+    """(mean loss, targets) of the checkpoint's model over the first ``windows`` windows of the
+    held-out slice (None: all), computed here without the data pipeline or the validation loop.
+
+    The slice is the corpus's first ``validation_documents`` documents, each followed by EOS,
+    concatenated; window k predicts tokens kL+1 .. kL+L from the L before them. The model runs
+    in float64 on each window at its true length (the last one is short, not padded), and one
+    cross-entropy is taken over every target of every window: weighted by token, not batch.
+    """
+    model, config, _ = load_trained_model(run_dir, step)
+    data = config.data
+    assert not data.document_mask and not data.tokenizer.add_bos  # what the stream below assumes
+    tokenizer = load_tokenizer(data.tokenizer)
+    held = real_documents()[: data.validation_documents]  # the corpus, in file order
+    stream = torch.tensor([t for text in held for t in [*tokenizer.encode(text), tokenizer.eos_id]])
+    starts = range(0, len(stream) - 1, data.seq_len)[:windows]
+    model = model.double()
+    logits, targets = [], []
+    with torch.no_grad():
+        for start in starts:
+            window = stream[start : start + data.seq_len + 1]
+            logits.append(model(window[None, :-1])[0])
+            targets.append(window[1:])
+    loss = F.cross_entropy(torch.cat(logits), torch.cat(targets), ignore_index=-100)
+    return float(loss), sum(len(t) for t in targets)
+
+
 def test_perplexity_of_the_final_checkpoint_equals_the_trainers_validation(trained):
+    """Two truths: the trainer's logged ``val/loss`` (the same loop, so it only shows the
+    checkpoint and batches are the trainer's) and a cross-entropy computed here directly."""
     (val,) = [m["val/loss"] for m in metrics(trained) if m["step"] == 6 and "val/loss" in m]
     result = perplexity([str(trained), "--batches", "2", "--batch-size", "2"])
     assert result["step"] == 6
     assert result["loss"] == pytest.approx(val, rel=1e-6)
     assert result["perplexity"] == pytest.approx(math.exp(val), rel=1e-6)
     assert result["tokens"] == 2 * 2 * 32
+    loss, tokens = direct_cross_entropy(trained, 6, windows=2 * 2)
+    assert (result["loss"], result["tokens"]) == (pytest.approx(loss, rel=1e-6), tokens)
 
 
-def test_the_whole_slice_and_an_older_checkpoint(trained):
-    whole = perplexity([str(trained), "--step", "4"])
-    assert whole["step"] == 4 and whole["tokens"] > 128
+def test_the_whole_slice_is_the_token_weighted_loss_over_every_held_out_token(trained):
+    """Batches of 4 windows: the last batch is short and its last window partly ignored, so a
+    mean of per-batch means, or a token counted twice or dropped, would show."""
+    whole = perplexity([str(trained), "--step", "4", "--batch-size", "4"])
+    loss, tokens = direct_cross_entropy(trained, 4)
+    assert whole["step"] == 4 and tokens % (4 * 32) != 0
+    assert (whole["loss"], whole["tokens"]) == (pytest.approx(loss, rel=1e-6), tokens)
+
+
+def test_an_older_checkpoint_loads_and_a_missing_one_is_refused(trained):
     model, config, step = load_trained_model(trained, 4)
     assert step == 4 and config.model.dim == 32 and not model.training
     with pytest.raises(FileNotFoundError, match="no checkpoint at step 5"):
