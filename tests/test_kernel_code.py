@@ -16,6 +16,8 @@ import pytest
 from train_helpers import ROOT
 
 pytest.importorskip("triton")
+# one worker compiles the kernels once for the whole module (its fixture takes ~10 s)
+pytestmark = pytest.mark.xdist_group("kernel_code")
 
 PROBE = """
 import dataclasses

@@ -30,6 +30,7 @@ def test_invalid_configs_stop_before_any_work_naming_the_key(corpus, tmp_path):
         ("data.seq_len=64", r"data\.seq_len=64 exceeds model\.max_seq_len=32"),
         ("trainer.parallelism=zero3", r"trainer\.parallelism='zero3' is not one of"),
         ("trainer.global_batch_tokens=100", r"trainer\.global_batch_tokens=100 is not a"),
+        ("trainer.debug_signal=SIGNOPE@3", r"trainer\.debug_signal='SIGNOPE@3' is not SIGNAL@STEP"),
     ]:
         with pytest.raises(ValueError, match=message):
             run_in_process([*base, override])
