@@ -10,7 +10,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+# ../shared beside the repository; found by walking up, so that a copy of tests/ one level
+# deeper (mutation testing's mutants/) finds it too
+SHARED = next(
+    (p / "shared" / "data" for p in Path(__file__).resolve().parents if (p / "shared").is_dir()),
+    Path(__file__).resolve().parents[2] / "shared" / "data",
+)
 
 
 def real_documents() -> list[str]:

@@ -53,6 +53,24 @@ def test_packed_windows_overlap_by_one_and_every_token_is_a_target_once():
     assert list(packer.flush()) == []
 
 
+def test_a_flushed_packer_starts_over_as_a_fresh_one():
+    """A lone leftover token has no target, so it makes no window; after a flush the packer
+    holds nothing (no stray token, no offset) and integer tokens, as a checkpoint saves them."""
+    packer = Packer(seq_len=4, eos_id=0)
+    packer.add([5, 6, 7, 8, 9])  # one window of 4 inputs, then 9 is left alone
+    assert packer.pop() is not None
+    assert list(packer.flush()) == []
+    packer.add([21, 22, 23, 24, 25, 0])
+    fresh = Packer(seq_len=4, eos_id=0)
+    fresh.add([21, 22, 23, 24, 25, 0])
+    pairs = [(packer.pop(), fresh.pop()), *zip(packer.flush(), fresh.flush(), strict=True)]
+    for got, want in pairs:
+        assert got["inputs"].tolist() == want["inputs"].tolist()
+        assert got["targets"].tolist() == want["targets"].tolist()
+    packer.add([1, 2])
+    assert packer.state_dict()["buffer"].dtype == torch.int64
+
+
 def test_document_index_starts_a_new_document_after_each_eos():
     ids = document_index(torch.tensor([4, 5, 0, 6, 0, 0, 7]), eos_id=0)
     assert ids.tolist() == [0, 0, 0, 1, 1, 2, 3]

@@ -284,3 +284,22 @@ def test_more_variants_than_the_recompile_limit_keep_compilation_on(
     assert not ops._compile_failed
     monkeypatch.delenv("XIELU_BACKEND", raising=False)  # the suite's default (conftest.py)
     assert ops.resolve_backend("auto", torch.device("cpu")) == "compiled"
+
+
+def test_the_one_pass_backward_at_eps_itself_equals_autograd_in_float64():
+    """The special points built in float64, so that x == eps exactly: there autograd of the
+    clamp passes the gradient (slope alpha_n expm1(eps) + beta), just above eps the capped term
+    is constant (slope beta - alpha_n). Points built in fp32 never hit eps (-9.99999997e-7)."""
+    eps, beta = -1e-6, 0.5
+    points = [eps, math.nextafter(eps, 0.0), math.nextafter(eps, -1.0), 0.0, -1.0, 1.0]
+    x = torch.tensor(points, dtype=torch.float64, requires_grad=True)
+    alpha_p = torch.tensor([0.7], dtype=torch.float64, requires_grad=True)
+    alpha_n = torch.tensor([1.1], dtype=torch.float64, requires_grad=True)
+    grad = torch.linspace(0.5, 1.5, len(points), dtype=torch.float64)
+    y = formulas.piecewise_forward(x, alpha_p, alpha_n, beta, eps, "xielu")
+    want = torch.autograd.grad(y, (x, alpha_p, alpha_n), (grad,))
+    scalars = (alpha_p.detach(), alpha_n.detach(), beta, eps, "xielu")
+    got = formulas.piecewise_backward(grad, x.detach(), *scalars)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=0)
+    assert float(got[0][0]) == pytest.approx(0.5 * (1.1 * math.expm1(eps) + beta), rel=1e-12)

@@ -178,6 +178,9 @@ def test_padding_ids_past_the_tokenizers_vocabulary_are_never_drawn():
 def test_sampling_options_are_checked():
     with pytest.raises(ValueError, match="top_p"):
         SamplingConfig(top_p=0)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingConfig(top_p=1.5)
+    assert SamplingConfig(top_p=1).top_p == 1
     with pytest.raises(ValueError, match="top_k"):
         SamplingConfig(top_k=0)
     with pytest.raises(ValueError, match="temperature"):

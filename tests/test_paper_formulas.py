@@ -179,3 +179,36 @@ def test_relu2_and_elu_match_their_definitions():
     assert _evaluate(get_activation("relu2")) == pytest.approx([max(x, 0) ** 2 for x in POINTS])
     expected = [x if x > 0 else math.expm1(x) for x in POINTS]
     assert _evaluate(get_activation("elu")) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+def test_the_reference_xielu_at_and_around_eps_in_float64():
+    """The appendix's xIELU evaluated where its cap acts, with every point built in float64
+    (a point built in fp32 is not eps: -1e-6 there is -9.99999997e-7): at 0 the negative branch
+    gives alpha_n expm1(eps); in (eps, 0] the capped term is constant; beta defaults to 0.5."""
+    from xielu.reference import xielu_reference
+
+    eps = -1e-6
+    raw_p, raw_n = (
+        torch.tensor([0.3], dtype=torch.float64),
+        torch.tensor([-0.2], dtype=torch.float64),
+    )
+    an = 0.5 + math.log1p(math.exp(-0.2))
+    fp32_eps = float(torch.tensor(eps, dtype=torch.float32))
+    inside = (eps + fp32_eps) / 2  # between float64 eps and its fp32 rounding
+    x = torch.tensor([0.0, eps, inside, math.nextafter(eps, 0.0), math.nextafter(eps, -1.0)])
+    x = x.double()
+    got = xielu_reference(x, raw_p, raw_n).tolist()
+    for xi, yi in zip(x.tolist(), got, strict=True):
+        expected = an * math.expm1(min(xi, eps)) - an * xi + 0.5 * xi
+        assert yi == pytest.approx(expected, rel=1e-12, abs=0), xi
+    assert got[0] == pytest.approx(an * math.expm1(eps), rel=1e-12)  # not the positive branch's 0
+
+
+def test_the_reference_module_passes_its_own_eps_and_beta():
+    from xielu.reference import xielu_reference
+
+    module = ReferenceXIELU(eps=-0.5).double()
+    x = torch.linspace(-2, 1, 31, dtype=torch.float64)
+    want = xielu_reference(x, module.alpha_p, module.alpha_n, module.beta, -0.5)
+    torch.testing.assert_close(module(x), want)
+    assert not torch.allclose(module(x), xielu_reference(x, module.alpha_p, module.alpha_n))

@@ -33,7 +33,27 @@ def test_wsd_cooldown_follows_one_minus_sqrt():
     "shape,f", [("linear", lambda p: 1 - p), ("cosine", lambda p: (1 + math.cos(math.pi * p)) / 2)]
 )
 def test_wsd_other_cooldown_shapes(shape, f):
-    assert wsd(90, 100, LR, MIN, 10, 20, shape) == pytest.approx(MIN + (LR - MIN) * f(0.5))
+    # p = 0.5 alone cannot tell the cosine from (1 - cos) / 2 or 0.5 / (1 + cos): all give 0.5
+    for step in (85, 90, 95):
+        p = (step - 80) / 20
+        assert wsd(step, 100, LR, MIN, 10, 20, shape) == pytest.approx(MIN + (LR - MIN) * f(p))
+
+
+def test_an_unknown_cooldown_shape_is_an_error_naming_the_key():
+    with pytest.raises(ValueError, match=r"schedule\.decay_shape='square' is not one of"):
+        wsd(90, 100, LR, MIN, 10, 20, "square")
+
+
+def test_past_the_last_step_both_schedules_hold_the_floor():
+    """A schedule asked beyond its total (a plot, a run extended by hand) stays at min_lr
+    instead of turning back up."""
+    for step in (100, 110, 150):
+        assert wsd(step, 100, LR, MIN, 10, 20, "1-sqrt") == pytest.approx(MIN)
+        assert wsd(step, 100, LR, MIN, 10, 20, "cosine") == pytest.approx(MIN)
+        assert cosine(step, 100, LR, MIN, 10) == pytest.approx(MIN)
+    # one step after the warmup: the whole decay lasts one step
+    assert cosine(10, 11, LR, MIN, 10) == pytest.approx(LR)
+    assert cosine(11, 11, LR, MIN, 10) == pytest.approx(MIN)
 
 
 def test_paper_1b_schedule_phases():

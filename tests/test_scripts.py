@@ -125,3 +125,27 @@ def test_kernel_tuning_without_a_gpu_says_it_needs_one():
 
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         main([])
+
+
+def test_mutation_scores_count_per_module_and_leave_untested_mutants_out_of_the_score():
+    from scripts.mutation_scores import parse_results, score_rows
+
+    text = """training/schedule.py:
+    training.schedule.x_wsd__mutmut_1: killed
+    training.schedule.x_wsd__mutmut_2: survived
+    training.schedule.x_cosine__mutmut_1: killed
+    training.schedule.x_cosine__mutmut_2: killed
+    training.schedule.x_cosine__mutmut_3: no tests
+model/loss.py:
+    model.loss.xǁ_ChunkedLinearCrossEntropyǁforward__mutmut_7: timeout
+    model.loss.x_linear_cross_entropy__mutmut_1: killed
+"""
+    by_module = parse_results(text)
+    assert set(by_module) == {"training.schedule", "model.loss"}
+    assert by_module["training.schedule"]["training.schedule.x_wsd__mutmut_2"] == "survived"
+    rows = score_rows(by_module)
+    # killed, survived, no tests, timeout, score = killed / (killed + survived + timeout)
+    assert rows == [
+        ["model.loss", "1", "0", "0", "1", "50.0%"],
+        ["training.schedule", "3", "1", "1", "0", "75.0%"],
+    ]
