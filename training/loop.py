@@ -285,8 +285,9 @@ class Trainer:
         DDP's reducer holds the gloo process group, and it is freed holding the GIL. Freed
         after ``destroy_process_group``, it would own the group's last reference and run the
         group's destructor, which joins a worker thread that may be waiting for the GIL to free
-        a tensor: the process hangs at exit (twice in two parallel test-suite runs on 2 cores). Freed
-        here, the group outlives it and ``destroy_process_group`` ends the group without the GIL.
+        a tensor: the process hangs at exit (seen twice in two parallel test-suite runs on 2
+        cores). Freed here, the group outlives it and ``destroy_process_group`` ends the group
+        without the GIL.
         """
         self.model = self.optimizer = None
         gc.collect()

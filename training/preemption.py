@@ -68,6 +68,5 @@ def parse_debug_signal(spec: str) -> tuple[signal.Signals, int, int | None] | No
         return sig, int(step), int(rank) if rank else None
     except (KeyError, ValueError):
         raise ValueError(
-            f"trainer.debug_signal={spec!r} is not SIGNAL@STEP or SIGNAL@STEP@RANK "
-            "(e.g. SIGKILL@6)"
+            f"trainer.debug_signal={spec!r} is not SIGNAL@STEP or SIGNAL@STEP@RANK (e.g. SIGKILL@6)"
         ) from None
