@@ -12,7 +12,13 @@ import torch
 
 from data import DataConfig, TokenizerConfig, build_loader, get_source, restore_loader
 from data.packing import IGNORE_INDEX
-from data.repartition import CannotRepartitionError, merge_buffers
+from data.repartition import (
+    CannotRepartitionError,
+    merge_buffers,
+    merge_stats,
+    new_identity,
+    switch_epoch,
+)
 from data.sharding import share
 from data.shards import TokenCorpus
 from data.sources.tokenized import TokenStream, epoch_order, training_windows
@@ -251,3 +257,40 @@ def test_a_two_process_run_resumes_in_one_process_where_its_data_left_off(tmp_pa
     restore_loader(resumed, {"every_rank": [loader.state_dict() for loader in first]})
     take(resumed, 8)  # 2 micro-batches a step in 1 process
     assert_same_states(saved(8, 0), stream_states(resumed.state_dict())[0])
+
+
+def test_the_switch_epoch_is_the_latest_epoch_any_old_stream_has_started_reading():
+    """Rule 1: E = max over old streams of epoch + 1 if it has read anything of it."""
+    assert switch_epoch([(2, True), (2, False)]) == 3  # one stream is into epoch 2
+    assert switch_epoch([(2, False), (1, True)]) == 2  # nobody has read anything of epoch 2
+    assert switch_epoch([(0, False)]) == 0 and switch_epoch([]) == 0
+
+
+def test_counters_go_whole_to_new_stream_0_and_every_new_stream_gets_a_state():
+    """Rule 4, for a change to 3 streams: the sum in stream 0, nothing in streams 1 and 2."""
+    merged = merge_stats([{"documents": 3, "tokens": 40}, {"documents": 2, "bad_records": 1}], 3)
+    assert merged == [{"documents": 5, "tokens": 40, "bad_records": 1}, {}, {}]
+
+
+def test_a_one_token_buffer_is_carried_over_and_an_empty_stream_starts_at_eos():
+    """Rule 3: a buffer of one token (the last window's last target, the next one's first
+    input) is kept; a new stream given no buffer starts with EOS."""
+    merged = merge_buffers([torch.tensor([7]), None, torch.tensor([])], 2, eos_id=0)
+    assert [m.tolist() for m in merged] == [[7], [0]]
+    assert all(m.dtype == torch.long for m in merged)
+
+
+def test_data_states_out_of_stream_order_are_refused():
+    """Every old stream's state must be stream s of n at position s: a checkpoint whose rank
+    files were mixed up would otherwise be dealt to the wrong new streams, silently."""
+    current = {"data": "corpus", "n_streams": 1}
+
+    def state(stream, n_streams=2):
+        return {"stream": stream, "identity": {"data": "corpus", "n_streams": n_streams}}
+
+    assert new_identity([state(0), state(1)], current) == current
+    assert new_identity([None, state(1)], current) == current  # a stream that read nothing
+    with pytest.raises(ValueError, match=r"data state 1 of 2 is stream 0 of 2: .* out of order"):
+        new_identity([None, state(0)], current)
+    with pytest.raises(ValueError, match="data state 1 of 2 is stream 1 of 3"):
+        new_identity([state(0), state(1, n_streams=3)], current)
