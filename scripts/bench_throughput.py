@@ -38,7 +38,7 @@ import torch
 from eval.paper import EFFICIENCY_TABLE
 from model.presets import available_presets
 from scripts.common import markdown, write_csv
-from training.parallelize import CHECKPOINTING, COMPILE_SCOPES
+from training.config import CHOICES
 
 BASELINE = "relu2"
 
@@ -71,7 +71,9 @@ def measure(activation: str, settings: Settings, args: argparse.Namespace) -> di
     config = load_preset(args.preset, activation=activation, **model_overrides(args))
     row = {"activation": activation, "mlp_hidden": config.hidden, **asdict(settings)}
     batch = settings.batch
-    plan = ParallelPlan(bf16=args.bf16, checkpointing=settings.checkpointing)  # compiled below
+    plan = ParallelPlan(
+        precision="bf16" if args.bf16 else "fp32", activation_checkpointing=settings.checkpointing
+    )  # compiled below
     cuda = device.type == "cuda"
     try:
         model = Llama(config).to(device)
@@ -216,14 +218,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--compile",
         nargs="*",
         default=["none"],
-        choices=COMPILE_SCOPES,
+        choices=CHOICES["trainer.compile"],
         help="torch.compile each block (bare flag: blocks) or the whole model (model)",
     )
     parser.add_argument(
         "--checkpointing",
         nargs="*",
         default=["none"],
-        choices=CHECKPOINTING,
+        choices=CHOICES["trainer.activation_checkpointing"],
         help="activation checkpointing: none, full (bare flag) or selective",
     )
     parser.add_argument("--warmup", type=int, default=3)

@@ -79,7 +79,7 @@ from torch import nn
 from model.config import ModelConfig
 from model.presets import available_presets
 from scripts.common import markdown, write_csv
-from training.parallelize import CHECKPOINTING
+from training.config import CHOICES
 
 GIB = 2**30
 # Usable memory per GPU. H100 SXM 80GB: torch's total_memory, 79.2 GiB. GH200 96GB: taken as
@@ -269,9 +269,9 @@ def estimate(
     fake_mode = FakeTensorMode()
     plan = ParallelPlan(
         parallelism="fsdp" if world_size > 1 else "none",
-        bf16=True,
-        checkpointing=checkpointing,
-        reduce_every_micro_batch=reduce_every_micro_batch,
+        precision="bf16",
+        activation_checkpointing=checkpointing,
+        fsdp_reduce_every_micro_batch=reduce_every_micro_batch,
     )
     with fake_process_group(world_size), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         model = fake_model(config, fake_mode)
@@ -365,7 +365,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--vocab-size", type=int, default=None, help="default: the preset's (tiny has none)"
     )
     parser.add_argument(
-        "--checkpointing", nargs="+", default=list(CHECKPOINTING), choices=CHECKPOINTING
+        "--checkpointing",
+        nargs="+",
+        default=list(CHOICES["trainer.activation_checkpointing"]),
+        choices=CHOICES["trainer.activation_checkpointing"],
     )
     parser.add_argument(
         "--world-size", type=int, default=1, help="GPUs; above 1 the trainer's FSDP2 path"

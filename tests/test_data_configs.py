@@ -12,7 +12,9 @@ PRESETS = sorted((Path(__file__).resolve().parents[1] / "configs" / "data").glob
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
 def test_data_presets_build(path):
-    values = OmegaConf.to_container(OmegaConf.load(path))
+    """A preset sets what differs from DataConfig's defaults; merged over them, it builds."""
+    preset = OmegaConf.load(path) or {}
+    values = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(DataConfig), preset))
     if get_source(values["source"]).needs_paths:
         assert values["paths"] == []  # the user must point at their files
         values["paths"] = ["/data/*.parquet"]

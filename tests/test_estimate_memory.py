@@ -43,7 +43,7 @@ def real_saved_bytes(config, checkpointing: str) -> int:
     training = parallelize(
         Llama(config),
         Env(0, 1, 0, torch.device("cpu")),
-        ParallelPlan(bf16=True, checkpointing=checkpointing),
+        ParallelPlan(precision="bf16", activation_checkpointing=checkpointing),
     )
     tokens = torch.randint(0, config.vocab_size, (BATCH, SEQ + 1))
 

@@ -94,7 +94,9 @@ def test_a_bf16_training_step_on_the_gpu_matches_fp32():
     for bf16, compile_scope in ((False, "none"), (True, "blocks")):
         torch.manual_seed(0)
         bare = Llama(config).cuda()
-        model = parallelize(bare, env, ParallelPlan(bf16=bf16, compile=compile_scope))
+        model = parallelize(
+            bare, env, ParallelPlan(precision="bf16" if bf16 else "fp32", compile=compile_scope)
+        )
         with model.autocast():
             loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()

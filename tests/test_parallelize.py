@@ -25,7 +25,7 @@ def tiny_model(activation: str = "xielu") -> Llama:
 
 
 def loss_and_grads(checkpointing: str, activation: str = "xielu", compile: str = "none"):
-    plan = ParallelPlan(checkpointing=checkpointing, compile=compile)
+    plan = ParallelPlan(activation_checkpointing=checkpointing, compile=compile)
     model = parallelize(tiny_model(activation), CPU, plan)
     tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(1))
     loss = model(tokens[:, :-1], tokens[:, 1:])
@@ -48,14 +48,14 @@ def test_checkpointing_recomputes_exactly_the_gradients_autograd_keeps(checkpoin
 
 def test_checkpointing_wrappers_keep_the_models_state_dict_names():
     plain = tiny_model()
-    wrapped = parallelize(tiny_model(), CPU, ParallelPlan(checkpointing="full")).model
+    wrapped = parallelize(tiny_model(), CPU, ParallelPlan(activation_checkpointing="full")).model
     assert list(wrapped.state_dict()) == list(plain.state_dict())
     wrapped.load_state_dict(plain.state_dict())  # strict: a plain checkpoint loads as it is
 
 
 def saved_numbers(checkpointing: str) -> int:
     """Numbers autograd keeps for backward in one forward (saved-tensor hooks)."""
-    model = parallelize(tiny_model(), CPU, ParallelPlan(checkpointing=checkpointing))
+    model = parallelize(tiny_model(), CPU, ParallelPlan(activation_checkpointing=checkpointing))
     kept = {}
 
     def pack(t):
@@ -83,7 +83,7 @@ def backward_op_counts(checkpointing: str) -> dict[str, int]:
             self.ops[func.overloadpacket.__name__] += 1
             return func(*args, **(kwargs or {}))
 
-    model = parallelize(tiny_model(), CPU, ParallelPlan(checkpointing=checkpointing))
+    model = parallelize(tiny_model(), CPU, ParallelPlan(activation_checkpointing=checkpointing))
     tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(1))
     loss = model(tokens[:, :-1], tokens[:, 1:])
     with Count() as count:
@@ -98,22 +98,18 @@ def test_full_checkpointing_keeps_least_and_selective_recomputes_no_matmul():
     assert selective["matmuls"] == none["matmuls"] < full["matmuls"]
 
 
-def test_plan_follows_the_trainer_config_and_its_former_boolean_switches():
+def test_plan_follows_the_trainer_config_under_the_same_names():
     cpu = torch.device("cpu")
     plan = plan_from_config(
         TrainerConfig(compile="model", activation_checkpointing="selective"), cpu
     )
-    assert (plan.compile, plan.checkpointing, plan.bf16) == ("model", "selective", False)
-    legacy = plan_from_config(TrainerConfig(compile=True, activation_checkpointing=True), cpu)
-    assert (legacy.compile, legacy.checkpointing) == ("blocks", "full")
-    off = TrainerConfig(compile=False, activation_checkpointing="False")
-    assert (off.compile, off.activation_checkpointing) == ("none", "none")
-    assert plan_from_config(TrainerConfig(precision="bf16"), cpu).bf16
+    assert (plan.compile, plan.activation_checkpointing, plan.bf16) == ("model", "selective", False)
+    assert plan_from_config(TrainerConfig(precision="bf16"), cpu).precision == "bf16"
     assert plan_from_config(TrainerConfig(precision="auto"), torch.device("cuda", 0)).bf16
-    assert plan_from_config(TrainerConfig(precision="auto"), cpu).bf16 is False
+    assert plan_from_config(TrainerConfig(precision="auto"), cpu).precision == "fp32"
     fsdp = TrainerConfig(fsdp_reshard_after_forward=False, fsdp_reduce_every_micro_batch=True)
     plan = plan_from_config(fsdp, cpu)
-    assert (plan.reshard_after_forward, plan.reduce_every_micro_batch) == (False, True)
+    assert (plan.fsdp_reshard_after_forward, plan.fsdp_reduce_every_micro_batch) == (False, True)
 
 
 def test_unknown_checkpointing_mode_is_an_error_naming_the_key():
@@ -123,12 +119,14 @@ def test_unknown_checkpointing_mode_is_an_error_naming_the_key():
     with pytest.raises(ValueError, match=r"trainer\.activation_checkpointing='some'"):
         validate(config)
     with pytest.raises(ValueError, match="checkpointing='some'"):
-        ParallelPlan(checkpointing="some")
+        ParallelPlan(activation_checkpointing="some")
 
 
 def test_evaluation_plan_keeps_only_the_precision():
-    plan = ParallelPlan(parallelism="fsdp", bf16=True, compile="blocks", checkpointing="full")
-    assert plan.for_evaluation() == ParallelPlan(bf16=True)
+    plan = ParallelPlan(
+        parallelism="fsdp", precision="bf16", compile="blocks", activation_checkpointing="full"
+    )
+    assert plan.for_evaluation() == ParallelPlan(precision="bf16")
 
 
 def test_compiling_the_blocks_also_compiles_the_loss_and_changes_no_result(fresh_dynamo):

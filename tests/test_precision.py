@@ -59,7 +59,9 @@ def test_a_bf16_training_step_has_no_fp32_matmul_of_weight_sized_operands(
     cpu = torch.device("cpu")
     model = Llama(config)
     training = parallelize(
-        model, Env(0, 1, 0, cpu), ParallelPlan(bf16=True, checkpointing=checkpointing)
+        model,
+        Env(0, 1, 0, cpu),
+        ParallelPlan(precision="bf16", activation_checkpointing=checkpointing),
     )
     optimizer = build_optimizer(model, OptimConfig(), cpu)
     tokens = torch.randint(0, 256, (2, 33))
@@ -99,7 +101,9 @@ def test_fsdp2_blocks_see_the_fp32_residual_stream_and_rope_tables_as_one_gpu_do
     try:
         model = Llama(config)
         training = parallelize(
-            model, Env(0, 2, 0, torch.device("cpu")), ParallelPlan(parallelism="fsdp", bf16=True)
+            model,
+            Env(0, 2, 0, torch.device("cpu")),
+            ParallelPlan(parallelism="fsdp", precision="bf16"),
         )
         seen = []
         model.layers[0].register_forward_pre_hook(

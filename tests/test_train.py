@@ -201,7 +201,7 @@ def test_batch_in_tokens_and_activation_checkpointing_train_the_same(corpus, ref
         **{
             "trainer.global_batch": 999,
             "trainer.global_batch_tokens": 4 * 32,
-            "trainer.activation_checkpointing": True,
+            "trainer.activation_checkpointing": "full",
         },
     )
     assert run_in_process(overrides) == 0

@@ -54,8 +54,8 @@ class ScheduleConfig:
     """
 
     name: str = "wsd"
-    warmup_steps: int = 20
-    decay_steps: int = 40
+    warmup_steps: int = 10
+    decay_steps: int = 20
     decay_shape: str = "1-sqrt"
 
 
@@ -71,10 +71,9 @@ class TrainerConfig:
     parallelism: ``ddp`` or ``fsdp`` (FSDP2 ``fully_shard`` per block, then the root).
     precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``bf16`` or ``fp32``.
     compile: ``none``, ``blocks`` (``torch.compile`` each block) or ``model`` (the whole
-        model as one graph); ``true``/``false`` mean ``blocks``/``none``.
+        model as one graph).
     activation_checkpointing: ``none``, ``full`` (recompute each block in backward) or
-        ``selective`` (keep matmul and attention outputs, recompute the pointwise work);
-        ``true``/``false`` mean ``full``/``none``.
+        ``selective`` (keep matmul and attention outputs, recompute the pointwise work).
     fsdp_reshard_after_forward: FSDP2: free each block's gathered weights after its forward
         (least memory) or keep them until its backward (one all-gather less per block).
     fsdp_reduce_every_micro_batch: FSDP2 with gradient accumulation: reduce-scatter the
@@ -104,7 +103,7 @@ class TrainerConfig:
     """
 
     steps: int = 100
-    global_batch: int = 16
+    global_batch: int = 8
     global_batch_tokens: int | None = None
     micro_batch: int = 8
     parallelism: str = "ddp"
@@ -114,25 +113,19 @@ class TrainerConfig:
     fsdp_reshard_after_forward: bool = True
     fsdp_reduce_every_micro_batch: bool = False
     seed: int = 0
-    run_dir: str = "runs/${now:%Y-%m-%d_%H-%M-%S}"
+    # deterministic, so that rerunning the same command (a requeued SLURM job) resumes
+    run_dir: str = "runs/${name}-${model.activation}"
     checkpoint_every: int = 50
     async_checkpoint: bool = False
     keep_checkpoints: int = 2
     eval_every: int = 50
-    eval_batches: int = 8
+    eval_batches: int = 4
     log_every: int = 10
     max_bad_steps: int = 5
     collective_timeout_s: int = 1800
     debug_nan_steps: list[int] = field(default_factory=list)
     debug_crash_in_checkpoint_at: int = -1
     debug_signal: str = ""
-
-    def __post_init__(self) -> None:
-        # true/false, as these keys took when they were switches (OmegaConf passes "True")
-        self.compile = {"True": "blocks", "False": "none"}.get(str(self.compile), self.compile)
-        self.activation_checkpointing = {"True": "full", "False": "none"}.get(
-            str(self.activation_checkpointing), self.activation_checkpointing
-        )
 
 
 @dataclass
@@ -157,7 +150,7 @@ class LoggingConfig:
 class ExperimentConfig:
     """The whole run: what ``train.py`` composes from ``configs/``."""
 
-    name: str = "quickstart"
+    name: str = "run"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -287,7 +280,15 @@ def to_experiment(cfg) -> ExperimentConfig:
 
 
 def register_configs() -> None:
-    """Make the schema available to Hydra as ``experiment_schema``."""
+    """Make the schema available to Hydra as ``experiment_schema``, and every registered
+    activation as an option of the ``activation`` group (``activation=xiprelu_beta0``), so that
+    adding an activation is one ``xielu.register(...)`` call and no YAML file."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name="experiment_schema", node=ExperimentConfig)
+    from xielu import available_activations
+
+    store = ConfigStore.instance()
+    store.store(name="experiment_schema", node=ExperimentConfig)
+    for name in available_activations():
+        node = {"activation": name, "activation_kwargs": {}}
+        store.store(group="activation", name=name, node=node, package="model")

@@ -27,72 +27,70 @@ import contextlib
 import functools
 from collections.abc import Iterator
 from contextlib import AbstractContextManager as ContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import nn
 
-from training.config import TrainerConfig
+from training.config import CHOICES, TrainerConfig
 from training.distributed import Env
 
-PARALLELISMS = ("none", "ddp", "fsdp")
-COMPILE_SCOPES = ("none", "blocks", "model")
-CHECKPOINTING = ("none", "full", "selective")
+# the trainer's choices (training/config.py), plus "none": evaluation's unwrapped model
+PARALLELISMS = ("none", *CHOICES["trainer.parallelism"])
 
 
 @dataclass(frozen=True)
 class ParallelPlan:
-    """How to train a model; each later option is one more field here.
+    """How to train a model: the ``trainer.*`` settings that decide the wrapping, under the
+    same names (see :class:`training.config.TrainerConfig` for their meaning), resolved for
+    one device.
 
     Attributes:
         parallelism: ``ddp``, ``fsdp`` or ``none`` (every process keeps its own unwrapped
             copy: single-process runs and evaluation). Ignored in a single process.
-        bf16: bf16 autocast for compute (fp32 weights, fp32 optimizer state).
-        compile: ``none``, ``blocks`` (``torch.compile`` each block) or ``model``.
-        checkpointing: activation checkpointing per block: ``none``, ``full`` or ``selective``.
-        reshard_after_forward: FSDP2: free each block's gathered parameters after its forward
-            (ZeRO-3, least memory) or keep them for backward (ZeRO-2 style, one all-gather less
-            per block and step).
-        reduce_every_micro_batch: FSDP2: reduce-scatter gradients after every micro-batch, so
-            no whole fp32 gradient waits for the last one (less memory, more communication).
+        precision: ``bf16`` (autocast for compute; fp32 weights and optimizer state) or
+            ``fp32``; ``auto`` is resolved for the device by :func:`plan_from_config`.
+        compile, activation_checkpointing, fsdp_reshard_after_forward,
+        fsdp_reduce_every_micro_batch: as ``trainer.*``.
     """
 
     parallelism: str = "none"
-    bf16: bool = False
+    precision: str = "fp32"
     compile: str = "none"
-    checkpointing: str = "none"
-    reshard_after_forward: bool = True
-    reduce_every_micro_batch: bool = False
+    activation_checkpointing: str = "none"
+    fsdp_reshard_after_forward: bool = True
+    fsdp_reduce_every_micro_batch: bool = False
 
     def __post_init__(self) -> None:
         for name, allowed in (
             ("parallelism", PARALLELISMS),
-            ("compile", COMPILE_SCOPES),
-            ("checkpointing", CHECKPOINTING),
+            ("precision", ("bf16", "fp32")),
+            ("compile", CHOICES["trainer.compile"]),
+            ("activation_checkpointing", CHOICES["trainer.activation_checkpointing"]),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
 
+    @property
+    def bf16(self) -> bool:
+        return self.precision == "bf16"
+
     def for_evaluation(self) -> ParallelPlan:
         """Same precision, nothing else: evaluation keeps a whole unwrapped model per process."""
-        return replace(self, parallelism="none", compile="none", checkpointing="none")
+        return replace(self, parallelism="none", compile="none", activation_checkpointing="none")
 
 
-def uses_bf16(precision: str, device: torch.device) -> bool:
+def resolve_precision(precision: str, device: torch.device) -> str:
     """``auto`` means bf16 on CUDA and fp32 on CPU (CPU bf16 matmuls are slow, not faster)."""
-    return precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    return precision
 
 
 def plan_from_config(trainer: TrainerConfig, device: torch.device) -> ParallelPlan:
-    """The plan the trainer's settings (``trainer.*``) describe."""
-    return ParallelPlan(
-        parallelism=trainer.parallelism,
-        bf16=uses_bf16(trainer.precision, device),
-        compile=trainer.compile,
-        checkpointing=trainer.activation_checkpointing,
-        reshard_after_forward=trainer.fsdp_reshard_after_forward,
-        reduce_every_micro_batch=trainer.fsdp_reduce_every_micro_batch,
-    )
+    """The plan the trainer's settings (``trainer.*``) describe, for ``device``."""
+    same_names = {f.name: getattr(trainer, f.name) for f in fields(ParallelPlan)}
+    return ParallelPlan(**{**same_names, "precision": resolve_precision(trainer.precision, device)})
 
 
 class TrainingModel:
@@ -129,11 +127,13 @@ class TrainingModel:
 
     def gradient_sync(self, enabled: bool) -> ContextManager:
         """Reduce gradients over ranks only when ``enabled`` (the last micro-batch of a step), or
-        after every micro-batch under FSDP2 with ``plan.reduce_every_micro_batch``."""
+        after every micro-batch under FSDP2 with ``plan.fsdp_reduce_every_micro_batch``."""
         if self.ddp and not enabled:
             return self.module.no_sync()
         if self.fsdp:
-            self.module.set_requires_gradient_sync(enabled or self.plan.reduce_every_micro_batch)
+            self.module.set_requires_gradient_sync(
+                enabled or self.plan.fsdp_reduce_every_micro_batch
+            )
         return contextlib.nullcontext()
 
     def clip_grad_norm_(self, max_norm: float) -> float:
@@ -165,8 +165,10 @@ class TrainingModel:
 
 def parallelize(model: nn.Module, env: Env, plan: ParallelPlan) -> TrainingModel:
     """Wrap ``model`` (a decoder whose blocks are ``model.layers``) as ``plan`` says."""
-    if plan.checkpointing != "none":
-        apply_activation_checkpointing(model, selective=plan.checkpointing == "selective")
+    if plan.activation_checkpointing != "none":
+        apply_activation_checkpointing(
+            model, selective=plan.activation_checkpointing == "selective"
+        )
     apply_compile(model, plan.compile)
     module = model
     if env.distributed and plan.parallelism == "ddp":
@@ -206,7 +208,7 @@ def apply_fsdp(model: nn.Module, plan: ParallelPlan) -> None:
         else MixedPrecisionPolicy()
     )
     for block in model.layers:
-        fully_shard(block, mp_policy=blocks, reshard_after_forward=plan.reshard_after_forward)
+        fully_shard(block, mp_policy=blocks, reshard_after_forward=plan.fsdp_reshard_after_forward)
     # the root (embedding, final norm, head) is needed again at once by backward: keep it
     fully_shard(model, mp_policy=MixedPrecisionPolicy(), reshard_after_forward=False)
 
