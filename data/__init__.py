@@ -2,14 +2,18 @@
 
 Knows nothing about models or training: it yields ``{"inputs", "targets"}`` windows of token ids
 (targets equal to ``IGNORE_INDEX`` are padding). Sources are looked up by name in
-``data.registry``; each is one module under ``data/sources/``.
+``data.registry``; each is one module under ``data/sources/``, and those read from text files
+share ``data.text``. A resume takes every rank's saved data state from the checkpoint
+(``restore_loader``) and decides here whether to re-partition it.
 """
 
 from data.config import DataConfig, TokenizerConfig
-from data.loader import build_loader, build_validation_loader, counters, restore_loader
+from data.loader import build_loader, counters
 from data.packing import IGNORE_INDEX
 from data.registry import available_sources, get_source
+from data.restore import restore_loader
 from data.tokenizers import Tokenizer, load_tokenizer
+from data.validation import build_validation_loader
 
 __all__ = [
     "IGNORE_INDEX",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from data.registry import get_source
+
 TOKENIZERS = ("mistral_nemo", "llama3", "hf", "sentencepiece", "bytes")
 
 
@@ -82,8 +84,6 @@ class DataConfig:
     def __post_init__(self) -> None:
         if isinstance(self.tokenizer, dict):
             self.tokenizer = TokenizerConfig(**self.tokenizer)
-        from data.registry import get_source  # its sources import this module
-
         if get_source(self.source).needs_paths and not self.paths:
             raise ValueError(f"data.paths must list files (globs) for data.source={self.source}")
         # value ranges are checked with every other knob's (training.config.BOUNDS)

@@ -14,7 +14,7 @@ import torch
 
 from data.tokenizers import Tokenizer, encode_document
 
-# targets the loss skips: torch's cross-entropy default, which model.loss uses as well
+# targets the loss skips: torch's cross-entropy default, which model.loss defaults to as well
 IGNORE_INDEX = -100
 
 
@@ -82,7 +82,7 @@ def pack_document(
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Encode one training document, count it, add it to ``packer``; yield the windows it fills.
 
-    The one step every text-reading training stream shares (``data.stream``, ``fineweb_edu``),
+    The one step every text-reading training stream shares (``data.text``, ``fineweb_edu``),
     kept in one place so the streams cannot drift apart by a token. The counters are updated
     before the first window is yielded: a ``state_dict()`` taken while the stream is suspended
     on a window already counts the document whose tokens are in the packer's buffer.

@@ -5,6 +5,9 @@ like the module, when it is imported; the registry imports them all on first loo
 source is therefore one module ``data/sources/<name>.py`` that calls ``register(...)`` and one
 Hydra preset ``configs/data/<name>.yaml`` that sets ``source: <name>``; nothing else names the
 sources (``DataConfig``, the loaders and ``scripts/pretokenize.py`` all look them up here).
+
+Imports nothing of ``data``: ``data.config`` looks a source up to check its name, and every
+source takes a config, so the config is written ``Config`` here rather than imported.
 """
 
 from __future__ import annotations
@@ -14,16 +17,14 @@ import pkgutil
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
     from torch.utils.data import IterableDataset
 
-    from data.config import DataConfig
-    from data.text_files import TextSource
-
+Config = Any  # a ``data.config.DataConfig``
 Window = dict[str, "torch.Tensor"]
 
 
@@ -35,30 +36,29 @@ class DataSource:
         name: the value of ``data.source``.
         summary: one line for listings and error messages.
         training: ``(config, rank, world_size)`` -> this rank's endless, resumable training
-            windows; a ``data.resume.ResumableStream`` that splits itself over DataLoader workers.
+            windows; a ``data.resumable.ResumableStream`` that splits itself over DataLoader
+            workers.
         validation: ``config`` -> every window of the held-out ``validation_documents``
-            documents, in order, the last one padded; the loader deals them out to the ranks.
+            documents, in order, the last one padded (``data.validation.held_out_windows``);
+            the loader shares them out to the ranks.
         pretokenize: ``(config, workers)`` -> every document (held-out ones included), tokenized
             as ``[BOS] ids EOS``, in order, as ``(tokens, counters)`` chunks; ``None`` for a
             source that cannot be pretokenized (it already is).
-        open_text: text-file sources only: ``config`` -> the ``TextSource`` their documents are
-            read from (``data.stream.TextStream`` and friends read through it).
         needs_paths: ``data.paths`` must list files.
         repartition: ``(config, old states, n_new)`` -> the states of ``n_new`` streams that
             go on from the ``old`` streams' (one per old stream, in stream order; None: never
             ran), by the rule of ``data.repartition``: a resume on another world size or
-            number of workers. ``None``: the source cannot (``data.loader.restore_loader``
+            number of workers. ``None``: the source cannot (``data.restore.restore_loader``
             refuses); it may also raise ``CannotRepartitionError`` to say why.
     """
 
     name: str
     summary: str
-    training: Callable[[DataConfig, int, int], IterableDataset]
-    validation: Callable[[DataConfig], Iterator[Window]]
-    pretokenize: Callable[[DataConfig, int], Iterator[tuple[np.ndarray, Counter]]] | None = None
-    open_text: Callable[[DataConfig], TextSource] | None = None
+    training: Callable[[Config, int, int], IterableDataset]
+    validation: Callable[[Config], Iterator[Window]]
+    pretokenize: Callable[[Config, int], Iterator[tuple[np.ndarray, Counter]]] | None = None
     needs_paths: bool = False
-    repartition: Callable[[DataConfig, list[dict | None], int], list[dict | None]] | None = None
+    repartition: Callable[[Config, list[dict | None], int], list[dict | None]] | None = None
 
 
 _REGISTRY: dict[str, DataSource] = {}

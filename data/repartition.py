@@ -1,10 +1,10 @@
 """Resume on another world size or number of DataLoader workers, losing and repeating nothing.
 
 A checkpoint holds the state of each of the ``n_old = world_size x workers`` streams that wrote
-it (stream ``rank * workers + worker``, ``data.sharding``); a run with another layout has
-``n_new`` streams. Every rank of the new run is given every old stream's state
-(``training.checkpoint.load`` reads every rank file; ``data.loader.restore_loader`` hands them
-over) and computes the same new states from them, so the ranks agree without talking. The rule:
+it (stream ``rank * workers + worker``, ``data.partition``); a run with another layout has
+``n_new`` streams. Every rank of the new run is given every old stream's state (the checkpoint
+hands over every rank's data state; ``data.restore.restore_loader`` takes the streams' out of
+them) and computes the same new states from them, so the ranks agree without talking. The rule:
 
 1. **Switch epoch.** ``E`` = the largest, over the old streams, of their epoch, plus one when
    they have read anything of it (a stream that has read nothing of its epoch: a fresh one, or
@@ -48,9 +48,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from data.resume import check_same_identity
-
-EVERY_RANK = "every_rank"  # key of ``training.checkpoint.load``'s data state: every old rank's
+from data.resumable import check_same_identity
 
 
 class CannotRepartitionError(ValueError):

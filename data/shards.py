@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from data.config import DataConfig
-from data.text_files import expand_paths, fingerprint
+from data.paths import expand_paths, fingerprint
 
 MAGIC = b"XIELUTOK"
 VERSION = 1

@@ -84,7 +84,7 @@ def evaluate(
 
     from data import load_tokenizer
     from eval.harness import ProjectLM
-    from training.runs import load_trained_model
+    from training.checkpoint import load_trained_model
 
     model, config, _ = load_trained_model(run_dir, step, device)
     lm = ProjectLM(model, load_tokenizer(config.data.tokenizer), batch_size, device)

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error(str(error))
 
     from data import load_tokenizer
-    from training.runs import load_trained_model
+    from training.checkpoint import load_trained_model
 
     model, config, step = load_trained_model(args.run_dir, args.step, args.device)
     tokenizer = load_tokenizer(config.data.tokenizer)

@@ -22,8 +22,8 @@ import torch
 
 from data import build_validation_loader
 from training import distributed
+from training.checkpoint import load_trained_model
 from training.parallelize import parallelize, plan_from_config
-from training.runs import load_trained_model
 from training.validation import validation_loss
 
 

@@ -36,7 +36,7 @@ class Llama(nn.Module):
         cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        # the loss's softmax through torch.compile (``model.loss``): set by the trainer's compile
+        # the loss's softmax through torch.compile (``model.loss``): see ``compile_blocks``
         self.compile_loss = False
         self.reset_parameters()
 
@@ -106,6 +106,14 @@ class Llama(nn.Module):
             chunk_size=self.config.loss_chunk_tokens,
             compiled=self.compile_loss,
         )
+
+    def compile_blocks(self) -> None:
+        """``torch.compile`` each block in place (parameter names unchanged), and the loss's
+        softmax, which lies outside the blocks: left eager it would make ~8 passes over each
+        chunk of logits where Inductor makes two (``model/loss.py``)."""
+        for block in self.layers:
+            block.compile()
+        self.compile_loss = True
 
     @torch.no_grad()
     def activation_scalars(self) -> list[dict[str, float]]:

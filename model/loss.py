@@ -21,8 +21,6 @@ import functools
 import torch
 from torch import Tensor
 
-IGNORE_INDEX = -100
-
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
@@ -129,7 +127,7 @@ def linear_cross_entropy(
     weight: Tensor,
     targets: Tensor,
     chunk_size: int = 4096,
-    ignore_index: int = IGNORE_INDEX,
+    ignore_index: int = -100,  # F.cross_entropy's default, as everywhere in torch
     compiled: bool = False,
 ) -> Tensor:
     """Mean cross-entropy of ``hidden @ weight.T`` against ``targets``, chunked over tokens.

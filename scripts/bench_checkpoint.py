@@ -27,7 +27,7 @@ from scripts.common import markdown
 def measure(args: argparse.Namespace, asynchronous: bool) -> dict:
     from model import Llama
     from model.presets import load_preset
-    from training.checkpoint_writer import CheckpointWriter
+    from training.checkpoint import CheckpointWriter
     from training.config import OptimConfig
     from training.distributed import Env
     from training.optim import build_optimizer

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data import DataConfig, TokenizerConfig, build_loader, load_tokenizer
-from data.builtin_corpus import build_documents
-from data.text_files import TextSource
+from data.sources.builtin import build_documents
+from data.text import TextSource
 
 GH200_TOKENS_PER_S = 5 * 4096 / 0.56  # the paper's efficiency table, 1.1B, per GPU
 

@@ -9,7 +9,8 @@
 Every activation trains the same model at matched size (plain MLPs 1.5x wider than gated ones,
 ``model/config.py``) with the trainer's recipe: fp32 weights, bf16 autocast when ``--bf16``,
 AdamW from ``training.optim``, per-block ``torch.compile`` when ``--compile``, optional
-activation checkpointing. One iteration = forward with the fused loss, backward, optimizer step.
+activation checkpointing. One iteration = the trainer's own step (``training.step.train_step``):
+forward with the fused loss, backward, gradient clipping, optimizer step.
 
 Memory, two ways. "saved GiB": the bytes autograd keeps for backward in one iteration (saved-tensor
 hooks on the eager model), the part of training memory an activation changes, exact on any
@@ -31,6 +32,7 @@ import argparse
 import itertools
 import multiprocessing
 from dataclasses import asdict, dataclass
+from itertools import repeat
 from pathlib import Path
 
 import torch
@@ -65,6 +67,7 @@ def measure(activation: str, settings: Settings, args: argparse.Namespace) -> di
     from training.metrics import device_peak_flops
     from training.optim import build_optimizer
     from training.parallelize import ParallelPlan, apply_compile, parallelize
+    from training.step import train_step
 
     device = torch.device(args.device)
     torch.manual_seed(0)
@@ -86,10 +89,11 @@ def measure(activation: str, settings: Settings, args: argparse.Namespace) -> di
             with training.autocast():
                 return training(tokens[:, :-1], tokens[:, 1:])
 
-        def iteration() -> None:
-            forward().backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        micro_batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}
+        clip = OptimConfig().grad_clip
+
+        def iteration() -> None:  # the trainer's own step, one micro-batch, clipped as it clips
+            train_step(training, optimizer, repeat(micro_batch), 1, clip)
 
         saved = saved_bytes(forward)  # measured eager: compile changes what autograd sees
         apply_compile(model, settings.compile)  # what parallelize does for trainer.compile

@@ -9,12 +9,12 @@ autocast through ``TrainingModel.autocast``, AdamW from ``training.optim.build_o
 fake tensors (``torch._subclasses.fake_tensor.FakeTensorMode``): every tensor has its shape,
 dtype and lifetime but no data, so a 3B model costs seconds and no memory. PyTorch's own
 tracker (``torch.distributed._tools.mem_tracker.MemTracker``; ``FSDPMemTracker`` under FSDP2)
-sees each storage be created and freed and reports the peak by category. The step is
-``training/loop.py``'s: ``--micro-steps`` micro-batches of forward and backward (2 by default:
-with gradient accumulation, which the paper's global batches need, the gradients of the first
-micro-batch stay alive through the second's forward and backward), gradient clipping, the
-optimizer step, ``zero_grad``. A warm-up step runs first, untracked, so that the optimizer
-state exists as in every step after the first.
+sees each storage be created and freed and reports the peak by category. The step is the
+trainer's own (``training.step.train_step``): ``--micro-steps`` micro-batches of forward and
+backward (2 by default: with gradient accumulation, which the paper's global batches need,
+the gradients of the first micro-batch stay alive through the second's forward and backward),
+gradient clipping, the optimizer step, ``zero_grad``. A warm-up step runs first, untracked, so
+that the optimizer state exists as in every step after the first.
 
 Columns: "weights+grads+Adam" (fp32 parameters, gradients, AdamW's two moments; under FSDP2
 also its unsharded bf16 compute copies and unsharded gradients), "activations" (tensors made by
@@ -69,8 +69,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from itertools import repeat
 from pathlib import Path
 
 import torch
@@ -79,7 +80,8 @@ from torch import nn
 from model.config import ModelConfig
 from model.presets import available_presets
 from scripts.common import markdown, write_csv
-from training.config import CHOICES
+from training.config import CHOICES, OptimConfig
+from training.step import train_step
 
 GIB = 2**30
 # Usable memory per GPU. H100 SXM 80GB: torch's total_memory, 79.2 GiB. GH200 96GB: taken as
@@ -218,27 +220,12 @@ def label_accumulated_gradients(tracker, model: nn.Module) -> None:
                 )
 
 
-def train_step(
-    training, optimizer, tokens: torch.Tensor, micro_steps: int, mark: Callable[[str], None]
-) -> None:
-    """One optimizer step as ``training/loop.py`` takes it; ``mark(phase)`` after each part.
-
-    Gradients are clipped with torch's function directly: ``TrainingModel.clip_grad_norm_``
-    returns the norm as a Python float, which fake tensors do not have; the tensors it makes
-    (one norm per parameter) are the same.
-    """
-    for micro in range(micro_steps):
-        last = micro == micro_steps - 1
-        with training.gradient_sync(last), training.autocast():
-            loss = training(tokens[:, :-1], tokens[:, 1:])
-        mark(f"forward {micro + 1}")
-        (loss / micro_steps).backward()
-        del loss
-        mark(f"backward {micro + 1}")
-    torch.nn.utils.clip_grad_norm_(list(training.parameters()), 1.0, foreach=True)
-    optimizer.step()
-    mark("optimizer")
-    optimizer.zero_grad(set_to_none=True)
+def one_step(training, optimizer, tokens: torch.Tensor, micro_steps: int, mark) -> None:
+    """The trainer's own step (``training.step.train_step``) on ``micro_steps`` copies of
+    ``tokens``, with the default gradient clipping; ``mark(phase)`` after each part."""
+    micro_batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}
+    clip = OptimConfig().grad_clip
+    train_step(training, optimizer, repeat(micro_batch), micro_steps, clip, on_phase=mark)
 
 
 def estimate(
@@ -256,7 +243,6 @@ def estimate(
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from training.config import OptimConfig
     from training.distributed import Env
     from training.optim import build_optimizer
     from training.parallelize import ParallelPlan, parallelize
@@ -281,7 +267,7 @@ def estimate(
         with fake_mode:
             optimizer = build_optimizer(model, OptimConfig(fused=True), device)
             tokens = torch.randint(0, config.vocab_size, (batch, seq + 1), device=device)
-            train_step(training, optimizer, tokens, 1, lambda phase: None)  # optimizer state
+            one_step(training, optimizer, tokens, 1, lambda phase: None)  # optimizer state
             if world_size > 1:
                 tracker = FSDPMemTracker(model, optimizer)
                 tracker.track_inputs((tokens,))
@@ -300,7 +286,7 @@ def estimate(
                         label_accumulated_gradients(tracker, model)
 
             with tracker:
-                train_step(training, optimizer, tokens, micro_steps, mark)
+                one_step(training, optimizer, tokens, micro_steps, mark)
     state, activations, other = by_column(tracker.get_tracker_snapshot("peak"))
     peak = state + activations + other
     phase = next(phase for phase, so_far in running_peak if so_far == peak)  # where it last rose

@@ -30,7 +30,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 def load_model(args: argparse.Namespace) -> Llama:
     if args.run_dir:
         from data import load_tokenizer
-        from training.runs import load_trained_model
+        from training.checkpoint import load_trained_model
 
         model, config, _ = load_trained_model(args.run_dir, args.step)
         tokenizer = load_tokenizer(config.data.tokenizer)

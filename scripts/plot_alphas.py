@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from scripts.figures import grid, pyplot, save, value_and_slope
-from training.runs import load_trained_model
+from training.checkpoint import load_trained_model
 
 
 def learned_alphas(run_dir: str, step: int | None = None) -> tuple[list[dict], object]:

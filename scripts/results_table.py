@@ -16,7 +16,7 @@ from pathlib import Path
 
 from eval.paper import ABLATION_TABLE
 from scripts.common import markdown, read_metrics, write_csv
-from training.runs import run_config
+from training.checkpoint import run_config
 
 
 def summarise(run_dir: str) -> dict:

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from model import Llama, ModelConfig
-from training.checkpoint_writer import CheckpointWriter
+from training.checkpoint import CheckpointWriter
 from training.distributed import Env
 
 ENV = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))

@@ -9,7 +9,7 @@ import torch
 from checkpoint_helpers import ENV, tiny_model_and_optimizer, train_a_step
 from train_helpers import assert_same_losses, run, run_in_process, tiny_overrides
 from training import checkpoint
-from training.checkpoint_writer import CheckpointWriter
+from training.checkpoint import CheckpointWriter
 
 
 def test_an_async_checkpoint_holds_the_weights_of_its_step_not_later_ones(tmp_path):

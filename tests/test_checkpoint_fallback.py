@@ -63,9 +63,9 @@ def test_a_damaged_newest_checkpoint_resumes_from_the_previous_one(tmp_path, dam
     damage(tmp_path / "checkpoints" / "step_000004")
     model, optimizer = tiny_model_and_optimizer()
     with caplog.at_level(logging.WARNING, logger="training.checkpoint"):
-        path, trainer_state, data_state = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+        path, trainer_state, data_states = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
     assert path.name == "step_000002"
-    assert trainer_state["step"] == 2 and data_state == {"batches": 2}
+    assert trainer_state["step"] == 2 and data_states == [{"batches": 2}]
     assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
     assert "step_000004 cannot be loaded" in caplog.text
     assert not (tmp_path / "marker").exists()
@@ -124,13 +124,13 @@ def test_another_world_size_loads_every_ranks_data_state(tmp_path):
             data = {**extra["data"], "rank": rank}
             torch.save({**extra, "data": data, "world_size": 2}, path / f"rank_{rank:05d}.pt")
     model, optimizer = tiny_model_and_optimizer()
-    path, trainer_state, data_state = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    path, trainer_state, data_states = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
     assert path.name == "step_000004" and trainer_state["step"] == 4
-    assert data_state == {"every_rank": [{"batches": 4, "rank": 0}, {"batches": 4, "rank": 1}]}
+    assert data_states == [{"batches": 4, "rank": 0}, {"batches": 4, "rank": 1}]
     # every old rank's data state is needed: a checkpoint that lost one is damaged
     (path / "rank_00001.pt").unlink()
-    path, _, data_state = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
-    assert path.name == "step_000002" and data_state["every_rank"][1] == {"batches": 2, "rank": 1}
+    path, _, data_states = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    assert path.name == "step_000002" and data_states[1] == {"batches": 2, "rank": 1}
     assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
 
 
@@ -149,8 +149,8 @@ def two_ranks_resume(rank: int, run_dir: str) -> None:
         (Path(run_dir) / "checkpoints" / "step_000004" / "rank_00001.pt").unlink()
     dist.barrier()
     model, optimizer = tiny_model_and_optimizer()
-    path, trainer_state, data_state = checkpoint.load_latest(run_dir, model, optimizer, env)
-    result = {"path": path.name, "step": trainer_state["step"], "data": data_state}
+    path, trainer_state, data_states = checkpoint.load_latest(run_dir, model, optimizer, env)
+    result = {"path": path.name, "step": trainer_state["step"], "data": data_states}
     (Path(run_dir) / f"result_{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 
@@ -161,14 +161,14 @@ def test_every_rank_falls_back_when_one_rank_lost_its_file(tmp_path):
     torch.multiprocessing.spawn(two_ranks_resume, args=(str(tmp_path),), nprocs=2)
     for rank in (0, 1):
         result = json.loads((tmp_path / f"result_{rank}.json").read_text())
-        assert result == {"path": "step_000002", "step": 2, "data": {"batches": 2}}
+        assert result == {"path": "step_000002", "step": 2, "data": [{"batches": 2}] * 2}
     assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
 
 
 def test_evaluation_skips_a_damaged_newest_checkpoint_and_leaves_it_in_place(tmp_path, caplog):
     from data import load_tokenizer
     from train_helpers import compose, tiny_overrides
-    from training.runs import load_trained_model
+    from training.checkpoint import load_trained_model
 
     config, config_yaml = compose(tiny_overrides(tmp_path / "corpus", tmp_path))
     (tmp_path / "config.yaml").write_text(config_yaml)
@@ -179,7 +179,7 @@ def test_evaluation_skips_a_damaged_newest_checkpoint_and_leaves_it_in_place(tmp
         save_checkpoint(tmp_path, step, model, optimizer, {"step": step}, {}, config_yaml, ENV, 3)
     plant_code_in_the_metadata(tmp_path / "checkpoints" / "step_000004")
 
-    with caplog.at_level(logging.WARNING, logger="training.runs"):
+    with caplog.at_level(logging.WARNING, logger="training.checkpoint.runs"):
         _, _, step = load_trained_model(tmp_path)
     assert step == 2 and "skipping" in caplog.text and "step_000004" in caplog.text
     assert names(tmp_path) == ["step_000002", "step_000004"]  # eval only reads

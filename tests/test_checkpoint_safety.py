@@ -26,7 +26,7 @@ from checkpoint_helpers import (
     train_a_step,
 )
 from training import checkpoint
-from training.safe_load import UnsafeCheckpointError
+from training.checkpoint import UnsafeCheckpointError
 
 SYSTEM = rf"{os.system.__module__}\.system"  # posix.system on Linux
 
@@ -53,7 +53,7 @@ def test_a_normal_checkpoint_round_trips_exactly_with_every_rng(saved):
     save_checkpoint(path.parent.parent, 3, model, optimizer, {"step": 3}, DATA_STATE, "", ENV, 2)
     expected = (torch.rand(3), random.random(), np.random.standard_normal(2))
     fresh, fresh_optimizer = tiny_model_and_optimizer()
-    trainer_state, data_state = checkpoint.load(
+    trainer_state, (data_state,) = checkpoint.load(
         path.with_name("step_000003"), fresh, fresh_optimizer, ENV
     )
     assert trainer_state == {"step": 3}

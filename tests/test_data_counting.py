@@ -14,7 +14,7 @@ import torch
 from data import IGNORE_INDEX, DataConfig, TokenizerConfig, build_loader, counters
 from data import build_validation_loader as validation
 from data.loader import COUNTERS
-from data.stream import TextStream
+from data.text import TextStream
 from scripts.pretokenize import pretokenize
 
 EOS = 257  # the byte tokenizer's

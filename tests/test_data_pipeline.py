@@ -15,7 +15,7 @@ from data import (
     restore_loader,
 )
 from data.packing import IGNORE_INDEX, Packer, document_index
-from data.stream import TextStream
+from data.text import TextStream
 from data_fixtures import write_parquet_corpus
 
 
@@ -159,12 +159,12 @@ def test_resume_on_another_dataset_or_past_restore_loader_is_refused(corpus, tmp
         next(iter(other_world))
     write_parquet_corpus(tmp_path, files=2)
     other_data = build_loader(config(tmp_path), batch_size=2)
-    restore_loader(other_data, state)
+    restore_loader(other_data, [state])
     with pytest.raises(ValueError, match="its source was"):
         next(iter(other_data))
     other_both = build_loader(config(tmp_path), batch_size=2, rank=0, world_size=2)
     with pytest.raises(ValueError, match="its source was"):
-        restore_loader(other_both, {"every_rank": [state]})
+        restore_loader(other_both, [state])
 
 
 def test_validation_slice_is_held_out_and_independent_of_world_size(corpus):

@@ -12,6 +12,7 @@ import torch
 
 from data import DataConfig, TokenizerConfig, build_loader, get_source, restore_loader
 from data.packing import IGNORE_INDEX
+from data.partition import share
 from data.repartition import (
     CannotRepartitionError,
     merge_buffers,
@@ -19,10 +20,9 @@ from data.repartition import (
     new_identity,
     switch_epoch,
 )
-from data.sharding import share
 from data.shards import TokenCorpus
 from data.sources.tokenized import TokenStream, epoch_order, training_windows
-from data.stream import TextStream
+from data.text import TextStream
 from data_fixtures import write_parquet_corpus
 from scripts.pretokenize import pretokenize
 
@@ -109,12 +109,12 @@ def test_text_2x2_then_1x1_then_2x1_reads_every_token_once_per_epoch(
 
     # phase 2, 1 rank x 1 worker: saved before reading anything, then resumed as usual
     second = build_loader(text_config(tmp_path, num_workers=1), BATCH)
-    restore_loader(second, {"every_rank": saved})
+    restore_loader(second, saved)
     unread = second.state_dict()
     (state,) = stream_states(unread)
     assert state["epoch"] == 2 and len(state["carry"]) > 0  # the switch epoch, the carry-over
     resumed = build_loader(text_config(tmp_path, num_workers=1), BATCH)
-    restore_loader(resumed, unread)
+    restore_loader(resumed, [unread])
     seen += targets(take(resumed, 60))
     (state,) = stream_states(resumed.state_dict())
     assert "carry" in state  # still reading the carry-over
@@ -178,7 +178,7 @@ def test_tokenized_2x2_then_1x1_then_2x1_yields_every_window_once_per_epoch(shar
     saved = [loader.state_dict() for loader in first]
     # phase 2: 1 rank x 1 worker
     second = build_loader(token_config(shards, num_workers=1), BATCH)
-    restore_loader(second, {"every_rank": saved})
+    restore_loader(second, saved)
     seen.update(as_windows(take(second, 40)))
     (state,) = stream_states(second.state_dict())
     assert state["epoch"] == 2 and state["carry_done"] < len(state["carry"])
@@ -193,14 +193,12 @@ def test_tokenized_2x2_then_1x1_then_2x1_yields_every_window_once_per_epoch(shar
     assert seen == Counter({window: 3 for window in one_epoch})
 
 
-def test_a_worker_count_change_reads_every_ranks_state_through_the_callback(shards):
+def test_a_worker_count_change_alone_re_partitions_the_streams(shards):
     loader = build_loader(token_config(shards), BATCH)
     take(loader, 5)
     saved = loader.state_dict()
     fewer = build_loader(token_config(shards, num_workers=0), BATCH)
-    with pytest.raises(ValueError, match=r"num_workers=2 .* has 0: .* every rank's"):
-        restore_loader(fewer, saved)
-    restore_loader(fewer, saved, every_rank=lambda: [saved])
+    restore_loader(fewer, [saved])
     (state,) = stream_states(fewer.state_dict())
     assert len(state["carry"]) > 0 and state["stats"]["windows"] == 5 * BATCH
 
@@ -218,7 +216,7 @@ def test_a_streamed_hub_source_refuses_another_layout_and_says_what_to_do(tmp_pa
     take(loader, 2)
     other = build_loader(cfg, BATCH, rank=0, world_size=2)
     with pytest.raises(CannotRepartitionError, match=r"1 ranks x 0 workers .* 2 x 0") as error:
-        restore_loader(other, {"every_rank": [loader.state_dict()]})
+        restore_loader(other, [loader.state_dict()])
     assert "original world size" in str(error.value)
     assert "scripts.pretokenize" in str(error.value) and "data=tokenized" in str(error.value)
 
@@ -254,7 +252,7 @@ def test_a_two_process_run_resumes_in_one_process_where_its_data_left_off(tmp_pa
         take(loader, 4)
         assert_same_states(saved(4, rank), stream_states(loader.state_dict())[0])
     resumed = build_loader(cfg, 2)
-    restore_loader(resumed, {"every_rank": [loader.state_dict() for loader in first]})
+    restore_loader(resumed, [loader.state_dict() for loader in first])
     take(resumed, 8)  # 2 micro-batches a step in 1 process
     assert_same_states(saved(8, 0), stream_states(resumed.state_dict())[0])
 

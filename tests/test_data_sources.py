@@ -10,7 +10,7 @@ from data import DataConfig, TokenizerConfig, build_loader, build_validation_loa
 from data.packing import IGNORE_INDEX
 from data.shards import Shard, write_shard
 from data.sources.fineweb_edu import HubUnreachableError, open_stream
-from data.stream import TextStream
+from data.text import TextStream
 from data_fixtures import write_parquet_corpus
 from scripts.pretokenize import pretokenize
 
@@ -139,7 +139,7 @@ def test_tokenized_resume_and_sharding(parquet_dir, tmp_path):
 
 @pytest.mark.slow
 def test_builtin_corpus_is_deterministic_english_prose(tmp_path):
-    from data.builtin_corpus import build_documents, builtin_corpus_path
+    from data.sources.builtin import build_documents, builtin_corpus_path
 
     docs = build_documents()
     assert sum(map(len, docs)) > 1_000_000 and len(docs) > 300

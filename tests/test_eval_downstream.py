@@ -244,7 +244,7 @@ def test_downstream_runs_the_model_on_the_device_and_batch_size_it_is_given(lm, 
     import lm_eval
     import lm_eval.tasks
 
-    import training.runs
+    import training.checkpoint
     from eval.downstream import main as downstream
 
     seen = {}
@@ -259,7 +259,7 @@ def test_downstream_runs_the_model_on_the_device_and_batch_size_it_is_given(lm, 
         seen["parameters_on"] = {p.device.type for p in model.model.parameters()}
         return {"results": {"piqa": {"acc,none": 0.5}}}
 
-    monkeypatch.setattr(training.runs, "load_trained_model", load_trained_model)
+    monkeypatch.setattr(training.checkpoint, "load_trained_model", load_trained_model)
     monkeypatch.setattr(lm_eval, "simple_evaluate", simple_evaluate)
     monkeypatch.setattr(lm_eval.tasks, "TaskManager", lambda **kwargs: None)
     out = downstream(["RUN", "--tasks", "piqa", "--device", "cpu", "--batch-size", "4"])

@@ -11,7 +11,7 @@ from data import load_tokenizer
 from data_fixtures import real_documents, write_parquet_corpus
 from eval.perplexity import main as perplexity
 from train_helpers import metrics, run_in_process, tiny_overrides
-from training.runs import load_trained_model
+from training.checkpoint import load_trained_model
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_an_older_checkpoint_loads_and_a_missing_one_is_refused(trained):
 def test_a_run_exports_to_transformers_with_its_tokenizer_ids(trained, tmp_path):
     from data import load_tokenizer
     from scripts.export_hf import main as export
-    from training.runs import run_config
+    from training.checkpoint import run_config
 
     export([str(tmp_path), "--run-dir", str(trained), "--check"])
     config = json.loads((tmp_path / "config.json").read_text())
@@ -95,8 +95,8 @@ def test_a_run_exports_to_transformers_with_its_tokenizer_ids(trained, tmp_path)
 def test_a_run_config_written_before_key_renames_still_loads(tmp_path):
     from omegaconf import OmegaConf
 
+    from training.checkpoint import run_config
     from training.config import ExperimentConfig
-    from training.runs import run_config
 
     old = OmegaConf.to_container(OmegaConf.structured(ExperimentConfig))
     old["data"]["document_ids"] = old["data"].pop("document_mask")

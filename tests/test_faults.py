@@ -22,7 +22,7 @@ from train_helpers import (
     tiny_overrides,
 )
 from training import checkpoint, loop
-from training.checkpoint_writer import CheckpointWriter
+from training.checkpoint import CheckpointWriter
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from train_helpers import metrics
-from training.runs import load_trained_model
+from training.checkpoint import load_trained_model
 
 
 @pytest.fixture

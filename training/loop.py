@@ -21,7 +21,7 @@ from data import build_loader, build_validation_loader, load_tokenizer, restore_
 from data import counters as data_counters
 from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint, distributed
-from training.checkpoint_writer import CheckpointWriteError, CheckpointWriter
+from training.checkpoint import CheckpointWriteError, CheckpointWriter
 from training.config import ExperimentConfig, validate
 from training.metrics import (
     MetricsLogger,
@@ -38,6 +38,7 @@ from training.preemption import (
     requeue_or_exit_code,
 )
 from training.schedule import learning_rate
+from training.step import train_step
 from training.summary import run_summary
 from training.validation import validation_loss
 
@@ -144,23 +145,26 @@ class Trainer:
         lr = learning_rate(self.step, t.steps, self.config.optim, self.config.schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss_sum = torch.zeros((), device=env.device, dtype=torch.float64)
-        for micro in range(self.accumulation):
-            batch = {k: v.to(env.device, non_blocking=True) for k, v in next(data).items()}
-            last = micro == self.accumulation - 1
-            with self.model.gradient_sync(last), self.model.autocast():
-                loss = self.model(batch["inputs"], batch["targets"], batch.get("document_ids"))
-                if self.step in t.debug_nan_steps:  # fault injection for tests
-                    loss = loss * float("nan")
-            (loss / self.accumulation).backward()
-            loss_sum += loss.detach().double()
-        grad_norm = self.model.clip_grad_norm_(self.config.optim.grad_clip or math.inf)
-        loss_value = distributed.all_reduce_sum([loss_sum.item()], env.device)[0] / (
-            self.accumulation * env.world_size
+        seen = {}
+
+        def finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> bool:
+            """Every rank agrees: the loss is summed over ranks, the norm already global."""
+            total = distributed.all_reduce_sum([loss_sum.item()], env.device)[0]
+            seen["loss"] = total / (self.accumulation * env.world_size)
+            seen["grad_norm"] = float(grad_norm)
+            return math.isfinite(seen["loss"]) and math.isfinite(seen["grad_norm"])
+
+        result = train_step(
+            self.model,
+            self.optimizer,
+            data,
+            self.accumulation,
+            self.config.optim.grad_clip,
+            should_update=finite,
+            poison_loss=self.step in t.debug_nan_steps,  # fault injection for tests
         )
-        finite = math.isfinite(loss_value) and math.isfinite(grad_norm)
-        if finite:
-            self.optimizer.step()
+        loss_value, grad_norm = seen["loss"], seen["grad_norm"]
+        if result.stepped:
             self.bad_in_a_row = 0
         else:
             self.skipped += 1
@@ -172,7 +176,6 @@ class Trainer:
                 grad_norm,
                 self.bad_in_a_row,
             )
-        self.optimizer.zero_grad(set_to_none=True)
         if self.bad_in_a_row >= t.max_bad_steps:
             raise NonFiniteTrainingError(
                 f"{self.bad_in_a_row} consecutive steps had a non-finite loss or gradient "
@@ -270,10 +273,8 @@ class Trainer:
         found = checkpoint.load_latest(self.run_dir, self.model.module, self.optimizer, self.env)
         if found is None:
             return
-        path, state, data_state = found
-        restore_loader(  # the streams' positions, re-partitioned if the layout changed
-            self.loader, data_state, every_rank=lambda: checkpoint.data_states(path, self.env)
-        )
+        path, state, every_rank_data = found
+        restore_loader(self.loader, every_rank_data)  # data decides: as saved, or re-partitioned
         self.step, self.tokens = state["step"], state["tokens"]
         self.skipped, self.bad_in_a_row = state["skipped"], state["bad_in_a_row"]
         if self.env.is_main:

@@ -136,12 +136,13 @@ class TrainingModel:
             )
         return contextlib.nullcontext()
 
-    def clip_grad_norm_(self, max_norm: float) -> float:
-        """Clip to ``max_norm`` (``inf``: measure only); the global norm over all ranks."""
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Clip to ``max_norm`` (``inf``: measure only); the global norm over all ranks, as a
+        tensor (reading it waits for the device)."""
         norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm, foreach=True)
         if hasattr(norm, "full_tensor"):  # FSDP2: the norm is a DTensor over the shards
             norm = norm.full_tensor()
-        return float(norm)
+        return norm
 
     def local_weights_finite(self) -> bool:
         """Whether this rank's weights (its shards under FSDP2, its copy otherwise) are finite."""
@@ -185,10 +186,7 @@ def apply_compile(model: nn.Module, scope: str) -> None:
     """``torch.compile`` in place (names unchanged): each block and the loss's softmax, the whole
     model, or nothing."""
     if scope == "blocks":
-        for block in model.layers:
-            block.compile()
-        # the loss lies outside the blocks: its softmax would run as eager passes over the logits
-        model.compile_loss = True
+        model.compile_blocks()
     elif scope == "model":
         model.compile()
 

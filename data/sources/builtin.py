@@ -1,15 +1,88 @@
-"""``builtin``: an offline smoke-test corpus built from the interpreter's own documentation.
+"""``builtin``: an offline smoke-test corpus from documentation that ships with the interpreter.
 
-See ``data.builtin_corpus``; read like local files (``data.stream``). Not a pretraining corpus.
+Documents: every pydoc topic (the language reference sections behind ``help()``), and every
+standard-library module's docstrings (module, classes, functions), read with ``ast`` from the
+source files so nothing is imported. About a megabyte of English technical prose: enough for
+``python train.py`` to train and evaluate a tiny model end to end with no network. It is NOT a
+pretraining corpus; results on it say nothing about the paper's claims. Built once, cached as
+jsonl, and read like local files (``data.text``).
 """
 
 from __future__ import annotations
 
-from data.builtin_corpus import builtin_corpus_path
+import ast
+import json
+import os
+import random
+import sys
+import sysconfig
+from pathlib import Path
+
 from data.config import DataConfig
-from data.registry import DataSource, register
-from data.stream import TextStream, pretokenize_chunks, repartition, validation_windows
-from data.text_files import TextSource
+from data.registry import register
+from data.text import TextSource, text_file_source
+
+MIN_CHARS = 200
+
+
+def _pydoc_topics() -> list[str]:
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        return []
+    return [topics[name].strip() for name in sorted(topics)]
+
+
+def _module_docstrings(path: Path) -> str:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return ""
+    parts = [ast.get_docstring(tree) or ""]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node)
+            if doc and not node.name.startswith("_"):
+                parts.append(f"{node.name}: {doc}")
+    return "\n\n".join(p.strip() for p in parts if p.strip())
+
+
+def _stdlib_documents() -> list[str]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = ("site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3")
+    docs = []
+    for path in sorted(root.rglob("*.py")):
+        if any(part in skip for part in path.relative_to(root).parts):
+            continue
+        text = _module_docstrings(path)
+        if text:
+            docs.append(text)
+    return docs
+
+
+def build_documents() -> list[str]:
+    """All documents, in a fixed shuffled order: language-reference topics and module
+    docstrings differ in style, and a stream that switched from one to the other halfway
+    would show that switch in the loss curve."""
+    docs = [d for d in _pydoc_topics() + _stdlib_documents() if len(d) >= MIN_CHARS]
+    random.Random(0).shuffle(docs)
+    return docs
+
+
+def builtin_corpus_path(cache_dir: str | None = None) -> Path:
+    """The corpus as jsonl, built on first use and cached (per Python version)."""
+    cache = Path(cache_dir or os.environ.get("XIELU_CACHE", "~/.cache/xielu-llm")).expanduser()
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    path = cache / f"builtin_corpus_v2_py{version}.jsonl"
+    if path.is_file():
+        return path
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    with tmp.open("w", encoding="utf-8") as out:
+        for doc in build_documents():
+            out.write(json.dumps({"text": doc}) + "\n")
+    tmp.replace(path)  # atomic: concurrent ranks never read a half-written file
+    return path
 
 
 def open_corpus(config: DataConfig) -> TextSource:
@@ -19,13 +92,9 @@ def open_corpus(config: DataConfig) -> TextSource:
 
 
 register(
-    DataSource(
-        name="builtin",
-        summary="offline smoke-test corpus (the Python docs), built and cached on first use",
-        training=TextStream,
-        validation=validation_windows,
-        pretokenize=pretokenize_chunks,
-        repartition=repartition,
-        open_text=open_corpus,
+    text_file_source(
+        "builtin",
+        "offline smoke-test corpus (the Python docs), built and cached on first use",
+        open_corpus,
     )
 )

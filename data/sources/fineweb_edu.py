@@ -39,12 +39,13 @@ import numpy as np
 import torch
 
 from data.config import DataConfig
-from data.packing import Packer, pack, pack_document
+from data.packing import Packer, pack_document
+from data.partition import worker_stream
 from data.registry import DataSource, register
 from data.repartition import CannotRepartitionError
-from data.resume import ResumableStream
-from data.sharding import worker_stream
+from data.resumable import ResumableStream
 from data.tokenizers import encode_document, load_tokenizer
+from data.validation import held_out_text_windows
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +126,9 @@ def documents(config: DataConfig) -> Iterator[str | None]:
 
 
 def validation_windows(config: DataConfig) -> Iterator[dict[str, torch.Tensor]]:
-    """The first ``validation_documents`` documents' windows (``DataSource.validation``)."""
-    tokenizer = load_tokenizer(config.tokenizer)
+    """The held-out documents: the first ``validation_documents`` of the stream."""
     held = itertools.islice(filter(None, documents(config)), config.validation_documents)
-    ids = (encode_document(tokenizer, text, config.tokenizer.add_bos) for text in held)
-    yield from pack(ids, Packer(config.seq_len, tokenizer.eos_id, config.document_mask))
+    yield from held_out_text_windows(config, held)
 
 
 def pretokenize_chunks(config: DataConfig, workers: int) -> Iterator[tuple[np.ndarray, Counter]]:

@@ -3,7 +3,7 @@
 Windows of ``seq_len + 1`` tokens start every ``seq_len`` tokens after the validation slice
 (the first ``validation_documents`` documents, found by counting EOS: the same documents the
 text source they were written from holds out); window ``i`` of the epoch's order belongs to
-stream ``i % n`` (``data.sharding``), and the order is a seeded permutation per epoch when
+stream ``i % n`` (``data.partition``), and the order is a seeded permutation per epoch when
 shuffling. State: epoch and the number of windows this stream has yielded; after a resume on
 another world size or number of workers (``repartition``, by the rule of ``data.repartition``)
 also the windows left over from the old layout that this stream reads first (``carry``) and how
@@ -18,16 +18,17 @@ import numpy as np
 import torch
 
 from data.config import DataConfig
-from data.packing import Packer, pack
+from data.packing import Packer
+from data.partition import share, worker_stream
 from data.registry import DataSource, register
 from data.repartition import deal, merge_stats, new_identity, switch_epoch
-from data.resume import ResumableStream
-from data.sharding import share, worker_stream
+from data.resumable import ResumableStream
 from data.shards import TokenCorpus
+from data.validation import held_out_windows
 
 
 def token_identity(config: DataConfig, corpus: TokenCorpus, n_streams: int) -> dict:
-    """What a saved state must match to resume (``data.resume``)."""
+    """What a saved state must match to resume (``data.resumable``)."""
     return {
         "source": corpus.fingerprint,
         "seq_len": config.seq_len,
@@ -44,7 +45,7 @@ def training_windows(config: DataConfig, corpus: TokenCorpus) -> int:
 
 
 def epoch_order(config: DataConfig, windows: int, epoch: int) -> np.ndarray:
-    """Every window of epoch ``epoch`` in the order the streams deal them (``data.sharding``)."""
+    """Every window of epoch ``epoch`` in the order the streams share them (``data.partition``)."""
     if config.shuffle:
         gen = torch.Generator().manual_seed(config.seed * 1_000_003 + epoch)
         return torch.randperm(windows, generator=gen).numpy()
@@ -154,10 +155,9 @@ def repartition(config: DataConfig, old: list[dict | None], n_new: int) -> list[
 
 
 def validation_windows(config: DataConfig) -> Iterator[dict[str, torch.Tensor]]:
-    """The held-out documents' tokens as windows (``DataSource.validation``)."""
+    """The held-out documents: the tokens before the validation boundary, as one stretch."""
     corpus = TokenCorpus(config)
-    packer = Packer(config.seq_len, corpus.eos_id, config.document_mask)
-    yield from pack([corpus.slice(0, corpus.validation_end)], packer)
+    yield from held_out_windows(config, [corpus.slice(0, corpus.validation_end)], corpus.eos_id)
 
 
 register(

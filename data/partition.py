@@ -3,17 +3,14 @@
 Training: rank ``r``'s DataLoader worker ``w`` (of ``W``) is stream ``r * W + w`` of
 ``n = world_size * W`` (rank-major, so a rank's workers are consecutive streams), and stream
 ``s`` owns the items ``i`` with ``i % n == s``: fragments, rows, windows or bad files.
-Validation: every rank builds the same windows and keeps those with ``i % world_size == rank``.
+Validation: every rank builds the same windows and keeps those with ``i % world_size == rank``
+(``data.validation``). A resume on another layout moves positions between streams by the rule
+of ``data.repartition``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import TypeVar
-
 from torch.utils.data import get_worker_info
-
-T = TypeVar("T")
 
 
 def worker_stream(rank: int, world_size: int) -> tuple[int, int]:
@@ -31,10 +28,3 @@ def owns(index: int, stream: int, streams: int) -> bool:
 def share(items, stream: int, streams: int):
     """The items (a sequence or array) that ``stream`` owns, in order."""
     return items[stream::streams]
-
-
-def deal(items: Iterable[T], rank: int, world_size: int) -> Iterator[T]:
-    """Items ``rank``, ``rank + world_size``, ... of an iterable every rank builds alike."""
-    for index, item in enumerate(items):
-        if owns(index, rank, world_size):
-            yield item

@@ -8,21 +8,20 @@ Bad data never stops a run halfway without a message: an unreadable file or row 
 with a warning; a record that is not valid UTF-8 or JSON, lacks the text field, or holds a
 non-string is a bad record; an empty or whitespace-only document is an empty document. Reading
 names each skipped record's counter instead of counting it, so that the caller can count each
-record once however many streams read it (``data.stream``). A parquet file without the text
+record once however many streams read it (``data.text.stream``). A parquet file without the text
 column is a configuration error and stops at once, naming it.
 """
 
 from __future__ import annotations
 
-import glob
 import gzip
-import hashlib
 import json
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+
+from data.config import DataConfig
+from data.paths import expand_paths, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -36,28 +35,6 @@ Record = tuple[int, str | None, str | None]
 class Fragment:
     path: str
     row_group: int  # -1: the whole (jsonl) file
-
-
-def expand_paths(patterns: list[str], suffixes: tuple[str, ...]) -> list[str]:
-    """Sorted files matching the globs; an error naming the pattern when one matches nothing."""
-    files: set[str] = set()
-    for pattern in patterns:
-        matched = [p for p in glob.glob(os.path.expanduser(pattern), recursive=True)]
-        matched = [p for p in matched if os.path.isfile(p) and p.endswith(suffixes)]
-        if not matched:
-            raise FileNotFoundError(
-                f"data.paths pattern {pattern!r} matches no {'/'.join(suffixes)} file"
-            )
-        files.update(os.path.abspath(p) for p in matched)
-    return sorted(files)
-
-
-def fingerprint(files: list[str], extra: str = "") -> str:
-    """Identifies the data: file names, sizes and modification-independent contents' sizes."""
-    digest = hashlib.sha256(extra.encode())
-    for path in files:
-        digest.update(f"{Path(path).name}:{os.path.getsize(path)};".encode())
-    return digest.hexdigest()[:16]
 
 
 class TextSource:
@@ -170,3 +147,9 @@ class TextSource:
                     yield row, None, "bad_records"
                 else:
                     yield row, *self._keep(record.get(self.text_column), record.get("int_score"))
+
+
+def local_files(config: DataConfig) -> TextSource:
+    """The files ``data.paths`` names, read as ``data.text_column`` and ``data.min_int_score``
+    say: what a text stream reads unless its source opens other files (``builtin``)."""
+    return TextSource(config.paths, config.text_column, config.min_int_score)

@@ -4,7 +4,7 @@ A checkpoint directory holds three kinds of pickle, and plain ``pickle`` would r
 crafted one asks for (an object whose ``__reduce__`` returns ``os.system`` is enough):
 
 - ``rank_NNNNN.pt`` (data-pipeline state, RNG): :func:`load_weights_only`, torch's weights-only
-  unpickler (tensors and plain python containers); ``training.checkpoint`` stores every RNG
+  unpickler (tensors and plain python containers); ``training.checkpoint.rng`` stores every RNG
   state in those forms, so no extra globals are registered.
 - DCP's ``.metadata``, which DCP itself reads with plain ``pickle``: :class:`MetadataUnpickler`
   admits DCP's metadata dataclasses, torch dtypes, ``torch.Size`` and paths, nothing else.

@@ -3,7 +3,7 @@
 Every checkpoint is written under ``step_N.tmp`` and renamed ``step_N`` by rank 0 only once
 every rank's files are on disk, so a crash at any moment (in a synchronous write, during an
 asynchronous one, or between the two) leaves the previous published checkpoint as the newest
-(layout and loading: ``training.checkpoint``).
+(layout: ``training.checkpoint.layout``; loading: ``training.checkpoint.load``).
 
 Asynchronous saves (``trainer.async_checkpoint``): the small per-rank files are written at
 once; the model and optimizer state is copied to CPU memory (DCP's staging: training may then
@@ -36,14 +36,16 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
 from training import distributed
-from training.checkpoint import (
+from training.checkpoint.layout import (
+    CONFIG_FILE,
+    TRAINER_FILE,
     checkpoint_root,
     complete_checkpoints,
-    flush_to_disk,
-    rng_state,
+    rank_file,
     single_process_is_intended,
     step_dir_name,
 )
+from training.checkpoint.rng import rng_state
 from training.distributed import Env
 
 log = logging.getLogger(__name__)
@@ -163,15 +165,15 @@ class CheckpointWriter:
         self._publish(flight.step, flight.tmp, False)
 
     def _write_small_files(self, tmp: Path, trainer_state, data_state, config_yaml) -> None:
-        with open(tmp / f"rank_{self.env.rank:05d}.pt", "wb") as f:
+        with open(rank_file(tmp, self.env.rank), "wb") as f:
             torch.save(
                 {"data": data_state, "rng": rng_state(), "world_size": self.env.world_size}, f
             )
             flush_to_disk(f)
         if self.env.is_main:
             for name, text in (
-                ("trainer.json", json.dumps(trainer_state, indent=2) + "\n"),
-                ("config.yaml", config_yaml),
+                (TRAINER_FILE, json.dumps(trainer_state, indent=2) + "\n"),
+                (CONFIG_FILE, config_yaml),
             ):
                 with open(tmp / name, "w") as f:
                     f.write(text)
@@ -201,6 +203,13 @@ class CheckpointWriter:
             f"({type(cause).__name__}: {cause}); {kept}. Free space or fix the storage, then "
             "rerun the same command to resume."
         ) from error
+
+
+def flush_to_disk(f) -> None:
+    """fsync before the rename publishes the checkpoint, so a node crash cannot leave a
+    published checkpoint with truncated files (DCP syncs its own shards)."""
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def _root_cause(error: BaseException) -> BaseException:

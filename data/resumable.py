@@ -7,7 +7,7 @@ worker process, when there are workers), and ``state_dict`` while the stream is 
 ``{"pending": state}``, so saving a stream that never ran returns what was loaded, unchanged.
 
 A resume on another world size or number of workers (``data.repartition``) does not go through
-the loader's ``load_state_dict``: ``data.loader.restore_loader`` hands the dataset one state per
+the loader's ``load_state_dict``: ``data.restore.restore_loader`` hands the dataset one state per
 stream of this rank (``load_streams``) before the loader starts its workers; each worker (or
 the main process, without workers) takes its own stream's state, so the loader itself starts
 fresh while every stream resumes.
@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from torch.utils.data import IterableDataset
 
-from data.sharding import worker_stream
+from data.partition import worker_stream
 
 
 def check_same_identity(saved: dict, current: dict) -> None:

@@ -1,0 +1,57 @@
+"""Checkpoints that resume bit-exactly and survive a crash in the middle of being written.
+
+Everything is first written to ``step_000120.tmp``; after every rank has finished, rank 0
+renames it ``step_000120``. A directory without the suffix is therefore complete, and a crash
+during a save leaves the previous checkpoint as the newest loadable one. Loading runs no code
+from the files: a checkpoint is data. One that was published but cannot be loaded anyway is set
+aside as ``step_000120.corrupt`` and the run resumes from the one before. The data pipeline's
+part is handed over as bytes: every rank's saved data state, for ``data.restore_loader`` to
+interpret.
+
+- ``layout``: names of the directories and files, and which checkpoints of a run are published.
+- ``writer``: writing, synchronously or in the background, and publishing atomically.
+- ``unpickling``: reading with every pickle checked against an allow-list.
+- ``load``: resuming: every rank agrees, damage falls back to the previous checkpoint.
+- ``rng``: every RNG's state in the form the rank files can hold.
+- ``runs``: a finished run read back, its config and trained model, for eval and export.
+"""
+
+from training.checkpoint.layout import (
+    checkpoint_root,
+    complete_checkpoints,
+    single_process_is_intended,
+    step_dir_name,
+    step_of,
+)
+from training.checkpoint.load import (
+    NoLoadableCheckpointError,
+    OtherRankFailedError,
+    is_damage,
+    load,
+    load_latest,
+    set_aside,
+)
+from training.checkpoint.runs import checkpoint_path, load_trained_model, run_config
+from training.checkpoint.unpickling import UnsafeCheckpointError, dcp_load
+from training.checkpoint.writer import CheckpointWriteError, CheckpointWriter
+
+__all__ = [
+    "CheckpointWriteError",
+    "CheckpointWriter",
+    "NoLoadableCheckpointError",
+    "OtherRankFailedError",
+    "UnsafeCheckpointError",
+    "checkpoint_path",
+    "checkpoint_root",
+    "complete_checkpoints",
+    "dcp_load",
+    "is_damage",
+    "load",
+    "load_latest",
+    "load_trained_model",
+    "run_config",
+    "set_aside",
+    "single_process_is_intended",
+    "step_dir_name",
+    "step_of",
+]

@@ -1,0 +1,108 @@
+"""Read back what a training run left: its config and its trained model, for eval and export."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from data import load_tokenizer
+from model import Llama
+from training.checkpoint.layout import (
+    CONFIG_FILE,
+    complete_checkpoints,
+    single_process_is_intended,
+    step_of,
+)
+from training.checkpoint.load import NoLoadableCheckpointError, is_damage
+from training.checkpoint.unpickling import dcp_load
+from training.config import ExperimentConfig, to_experiment
+
+log = logging.getLogger(__name__)
+
+
+# keys renamed since runs were written: (section, old name, new name)
+RENAMED_KEYS = [("data", "document_ids", "document_mask")]
+# values of switches that became choices: (section, key, {old value: new value})
+RENAMED_VALUES = [
+    ("trainer", "compile", {True: "blocks", False: "none"}),
+    ("trainer", "activation_checkpointing", {True: "full", False: "none"}),
+]
+
+
+def run_config(run_dir: str | Path) -> ExperimentConfig:
+    """The resolved config a run saved (``config.yaml``), checked against today's schema."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run directory: no {CONFIG_FILE}")
+    saved = OmegaConf.load(path)
+    for section, old, new in RENAMED_KEYS:
+        node = saved.get(section)
+        if node is not None and old in node:
+            node[new] = node.pop(old)
+    for section, key, values in RENAMED_VALUES:
+        node = saved.get(section)
+        if node is not None and isinstance(node.get(key), bool):
+            node[key] = values[node[key]]
+    schema = OmegaConf.structured(ExperimentConfig)
+    return to_experiment(OmegaConf.merge(schema, saved))
+
+
+def checkpoint_path(run_dir: str | Path, step: int | None = None) -> Path:
+    """The published checkpoint at ``step``, or the newest one.
+
+    A lookup only: whether it loads is known by loading it, so the fallback to an older
+    checkpoint when the newest is damaged lives in :func:`load_trained_model`.
+    """
+    found = complete_checkpoints(run_dir)
+    if not found:
+        raise FileNotFoundError(f"{run_dir} has no complete checkpoint")
+    if step is None:
+        return found[-1]
+    for path in found:
+        if step_of(path) == step:
+            return path
+    have = ", ".join(p.name for p in found)
+    raise FileNotFoundError(f"{run_dir} has no checkpoint at step {step}; it has: {have}")
+
+
+def load_trained_model(
+    run_dir: str | Path, step: int | None = None, device: str | torch.device = "cpu"
+) -> tuple[Llama, ExperimentConfig, int]:
+    """The run's model with a checkpoint's weights, unwrapped, and the checkpoint's step.
+
+    With ``step``, that checkpoint or an error. Without, the newest checkpoint that loads: one
+    that does not (a truncated shard, bad metadata) is skipped with a warning and the one
+    before it is used. Unlike the trainer's resume, evaluation and export never rename it:
+    they only read the run directory, possibly while the run is still training; the trainer
+    sets it aside as ``.corrupt`` on its next resume. Nothing in the files runs code
+    (``training.checkpoint.unpickling``). Works in a single process for checkpoints written by
+    any world size (DCP reshards).
+    """
+    config = run_config(run_dir)
+    vocab = load_tokenizer(config.data.tokenizer).vocab_size
+    if step is not None:
+        candidates = [checkpoint_path(run_dir, step)]
+    else:
+        candidates = list(reversed(complete_checkpoints(run_dir)))
+        if not candidates:
+            raise FileNotFoundError(f"{run_dir} has no complete checkpoint")
+    failures: list[tuple[Path, str]] = []
+    for path in candidates:
+        model = Llama(config.model.with_vocab_from_tokenizer(vocab))
+        state = {"model": model.state_dict()}
+        try:
+            with single_process_is_intended():
+                dcp_load(state, path)
+            model.load_state_dict(state["model"])
+        except Exception as error:
+            if step is not None or not is_damage(error):
+                raise
+            reason = f"{type(error).__name__}: {error}"
+            log.warning("skipping %s, which cannot be loaded: %s", path, reason)
+            failures.append((path, reason))
+            continue
+        return model.to(device).eval(), config, step_of(path)
+    raise NoLoadableCheckpointError(run_dir, failures, "there is no model to load")
