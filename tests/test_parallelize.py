@@ -30,7 +30,7 @@ def loss_and_grads(checkpointing: str, activation: str = "xielu", compile: str =
     tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(1))
     loss = model(tokens[:, :-1], tokens[:, 1:])
     loss.backward()
-    grads = {name: p.grad for name, p in model.model.state_dict(keep_vars=True).items()}
+    grads = {name: p.grad for name, p in model.bare.state_dict(keep_vars=True).items()}
     return loss.detach(), grads
 
 
@@ -48,7 +48,7 @@ def test_checkpointing_recomputes_exactly_the_gradients_autograd_keeps(checkpoin
 
 def test_checkpointing_wrappers_keep_the_models_state_dict_names():
     plain = tiny_model()
-    wrapped = parallelize(tiny_model(), CPU, ParallelPlan(activation_checkpointing="full")).model
+    wrapped = parallelize(tiny_model(), CPU, ParallelPlan(activation_checkpointing="full")).bare
     assert list(wrapped.state_dict()) == list(plain.state_dict())
     wrapped.load_state_dict(plain.state_dict())  # strict: a plain checkpoint loads as it is
 

@@ -83,7 +83,7 @@ def test_a_clipped_step_hands_adamw_the_hand_clipped_gradient(corpus, tmp_path):
     config, config_yaml = compose(overrides)
     trainer = Trainer(config, config_yaml)
     batch = next(iter(trainer.loader))
-    replica = copy.deepcopy(trainer.model.model)
+    replica = copy.deepcopy(trainer.model.bare)
     loss = replica(batch["inputs"], batch["targets"], batch.get("document_ids"))
     loss.backward()
     grads = [p.grad.detach().clone() for p in replica.parameters()]
@@ -93,7 +93,7 @@ def test_a_clipped_step_hands_adamw_the_hand_clipped_gradient(corpus, tmp_path):
     record = trainer._train_step(iter([batch]))
     assert record["grad_norm"] == pytest.approx(norm, rel=1e-5)
     beta1 = config.optim.betas[0]
-    params = list(trainer.model.model.parameters())
+    params = list(trainer.model.bare.parameters())
     for param, grad in zip(params, grads, strict=True):
         first_moment = trainer.optimizer.state[param]["exp_avg"]
         torch.testing.assert_close(first_moment, (1 - beta1) * grad * (clip / norm))

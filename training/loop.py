@@ -71,7 +71,7 @@ class Trainer:
         model = build_model(config, self.tokenizer.vocab_size, self.env.device)
         self.model_config = model.config
         self.model = parallelize(model, self.env, plan_from_config(t, self.env.device))
-        self.optimizer = build_optimizer(self.model.model, config.optim, self.env.device)
+        self.optimizer = build_optimizer(self.model.bare, config.optim, self.env.device)
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
         self.step, self.tokens, self.skipped, self.bad_in_a_row = 0, 0, 0, 0
         self.preemption = Preemption()
@@ -134,7 +134,7 @@ class Trainer:
                 self.logger.close()
         if exit_code == 0 and env.is_main and self.step == t.steps:
             summary = run_summary(
-                self.model.model, self.tokenizer, self.validation_batches, self.run_dir, self.config
+                self.model.bare, self.tokenizer, self.validation_batches, self.run_dir, self.config
             )
             print("\n".join(summary), flush=True)  # the user's closing screen, not a log line
         return exit_code
@@ -260,7 +260,7 @@ class Trainer:
             )
         self.writer.save(
             self.step,
-            self.model.module,
+            self.model.wrapped,
             self.optimizer,
             self._trainer_state(),
             self.loader.state_dict(),
@@ -270,7 +270,7 @@ class Trainer:
 
     def _resume(self) -> None:
         """The newest checkpoint that loads (a damaged one is set aside, never a silent restart)."""
-        found = checkpoint.load_latest(self.run_dir, self.model.module, self.optimizer, self.env)
+        found = checkpoint.load_latest(self.run_dir, self.model.wrapped, self.optimizer, self.env)
         if found is None:
             return
         path, state, every_rank_data = found

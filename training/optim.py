@@ -15,7 +15,7 @@ def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
     ``Llama.activation_scalar_parameters``) decay only with ``decay_activation_scalars``; then
     by name and shape, matrices (ndim >= 2) decay, 1-d norm weights and the embedding only with
     ``decay_norms_and_embeddings``. A tied LM head is the embedding and follows it. ``model``
-    is the bare model (``TrainingModel.model``: the same parameter objects DDP and FSDP2
+    is the bare model (``TrainingModel.bare``: the same parameter objects DDP and FSDP2
     train); parameters keep their order within each group.
     """
     activation_scalars = {id(p) for p in model.activation_scalar_parameters()}

@@ -96,24 +96,24 @@ def plan_from_config(trainer: TrainerConfig, device: torch.device) -> ParallelPl
 class TrainingModel:
     """A model as the training loop drives it, and what its wrapping changes.
 
-    ``module`` is what forward runs through (the DDP wrapper, or the model whose blocks FSDP2
-    sharded); ``model`` is the model itself, for reading (its parameters are DTensor shards
-    under FSDP2).
+    ``wrapped`` is what forward, backward and checkpoints go through (the DDP wrapper, or the
+    model whose blocks FSDP2 sharded); ``bare`` is the ``Llama`` itself, for reading and for the
+    optimizer (the same parameter objects; DTensor shards under FSDP2).
     """
 
-    def __init__(self, module: nn.Module, model: nn.Module, plan: ParallelPlan, env: Env) -> None:
-        self.module, self.model, self.plan, self.env = module, model, plan, env
+    def __init__(self, wrapped: nn.Module, bare: nn.Module, plan: ParallelPlan, env: Env) -> None:
+        self.wrapped, self.bare, self.plan, self.env = wrapped, bare, plan, env
         self.fsdp = plan.parallelism == "fsdp" and env.distributed
         self.ddp = plan.parallelism == "ddp" and env.distributed
 
     def __call__(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
+        return self.wrapped(*args, **kwargs)
 
     def parameters(self) -> Iterator[nn.Parameter]:
-        return self.module.parameters()
+        return self.wrapped.parameters()
 
     def train(self, mode: bool = True) -> TrainingModel:
-        self.module.train(mode)
+        self.wrapped.train(mode)
         return self
 
     def eval(self) -> TrainingModel:
@@ -129,9 +129,9 @@ class TrainingModel:
         """Reduce gradients over ranks only when ``enabled`` (the last micro-batch of a step), or
         after every micro-batch under FSDP2 with ``plan.fsdp_reduce_every_micro_batch``."""
         if self.ddp and not enabled:
-            return self.module.no_sync()
+            return self.wrapped.no_sync()
         if self.fsdp:
-            self.module.set_requires_gradient_sync(
+            self.wrapped.set_requires_gradient_sync(
                 enabled or self.plan.fsdp_reduce_every_micro_batch
             )
         return contextlib.nullcontext()
@@ -139,7 +139,7 @@ class TrainingModel:
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """Clip to ``max_norm`` (``inf``: measure only); the global norm over all ranks, as a
         tensor (reading it waits for the device)."""
-        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm, foreach=True)
+        norm = torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), max_norm, foreach=True)
         if hasattr(norm, "full_tensor"):  # FSDP2: the norm is a DTensor over the shards
             norm = norm.full_tensor()
         return norm
@@ -148,19 +148,19 @@ class TrainingModel:
         """Whether this rank's weights (its shards under FSDP2, its copy otherwise) are finite."""
         return all(
             bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
-            for p in self.module.parameters()
+            for p in self.wrapped.parameters()
         )
 
     def activation_scalars(self) -> list[dict[str, float]]:
         """Per-layer activation scalars; under FSDP2 each block is gathered to read them."""
         if not self.fsdp:
-            return self.model.activation_scalars()
-        for block in self.model.layers:
+            return self.bare.activation_scalars()
+        for block in self.bare.layers:
             block.unshard()
         try:
-            return self.model.activation_scalars()
+            return self.bare.activation_scalars()
         finally:
-            for block in self.model.layers:
+            for block in self.bare.layers:
                 block.reshard()
 
 
