@@ -18,7 +18,7 @@ One transformers quirk: its ``XIELUActivation`` keeps its scalars in bf16 unless
 built with an explicit dtype (Apertus does, Arcee does not), so an xIELU model loaded as Arcee
 rounds them to bf16, and ``.float()`` keeps the rounded values. The exported files hold the exact
 fp32 values either way: ``import_hf`` restores them bit for bit, and ``to_hf_model`` builds a
-transformers model that holds them (README, "Model and Hugging Face interop", for lm-eval).
+transformers model that holds them (docs/huggingface.md, for lm-eval).
 
 Both sides use the half-split RoPE layout, so q/k weights copy without permutation; the logits
 agreement test in ``tests/test_hf_interop.py`` is what verifies it.

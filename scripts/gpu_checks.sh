@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every check that needs a CUDA GPU, in one command (see README, "On a GPU"):
+# Every check that needs a CUDA GPU, in one command (see docs/performance.md):
 #   bash scripts/gpu_checks.sh              # all four parts below, in order
 #   bash scripts/gpu_checks.sh tests        # correctness only (a minute or two)
 #   bash scripts/gpu_checks.sh kernels      # activation kernels (launch shapes, vs ReLU²), loss
