@@ -138,16 +138,14 @@ def test_sigusr1_checkpoints_and_requeues_under_slurm(corpus, tmp_path):
     assert log.read_text().split() == ["requeue", "4242"]
 
 
-def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path):
+def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path, caplog):
     one = tmp_path / "one"
-    assert (
-        run_in_process(
-            tiny_overrides(corpus, one, **{"trainer.debug_nan_steps": "[3]", "trainer.steps": 6})
-        )
-        == 0
+    overrides = tiny_overrides(
+        corpus, one, **{"trainer.debug_nan_steps": "[1,3]", "trainer.steps": 6}
     )
+    assert run_in_process(overrides) == 0  # two bad steps, never two in a row
     records = [m for m in metrics(one) if "loss" in m]
-    assert math.isnan(records[3]["loss"]) and records[-1]["skipped_steps"] == 1
+    assert math.isnan(records[3]["loss"]) and records[-1]["skipped_steps"] == 2
     assert math.isfinite(records[-1]["loss"])
     many = tmp_path / "many"
     code = run_in_process(
@@ -162,6 +160,7 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path):
         )
     )
     assert code == 3
+    assert "2 consecutive steps had a non-finite loss" in caplog.text  # max_bad_steps=2: at 2
     # skipped updates keep the weights finite: the step-2 checkpoint is the last good state
     names = [p.name for p in (many / "checkpoints").iterdir()]
     assert names == ["step_000002"]

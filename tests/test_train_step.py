@@ -70,30 +70,49 @@ def test_the_trainer_follows_the_cosine_schedule_when_asked(corpus, tmp_path):
     assert logged_lr(tmp_path) == pytest.approx(expected, rel=1e-12)
 
 
-def test_a_clipped_step_hands_adamw_the_hand_clipped_gradient(corpus, tmp_path):
-    """One step at grad_clip far below the gradient norm: AdamW's first moment after its first
-    step is (1 - beta1) times the gradient it was given, which must be the gradient of the same
-    batch computed here, scaled by clip / norm; the logged norm is the norm before clipping."""
+def test_a_clipped_step_hands_adamw_the_hand_clipped_gradient_at_the_schedules_rate(
+    corpus, tmp_path
+):
+    """One step of two accumulated micro-batches at grad_clip far below the gradient norm,
+    against the same computation by hand on a copy of the model:
+
+    - the logged loss is the mean of the two micro-batch losses;
+    - AdamW's first moment after its first step is (1 - beta1) times the gradient it was given:
+      the gradient of that mean, scaled by clip / norm (the logged norm is the one before);
+    - an undecayed parameter (a norm weight) moves by -lr g / (|g| + eps), the first Adam step,
+      at the schedule's first rate lr / warmup: the rate is applied, not only logged.
+    """
     clip = 1e-3
     overrides = tiny_overrides(
         corpus,
         tmp_path,
-        **{"optim.grad_clip": clip, "trainer.global_batch": 2, "trainer.micro_batch": 2},
+        **{"optim.grad_clip": clip, "trainer.global_batch": 4, "trainer.micro_batch": 2},
     )
     config, config_yaml = compose(overrides)
     trainer = Trainer(config, config_yaml)
-    batch = next(iter(trainer.loader))
+    assert trainer.accumulation == 2
+    loader = iter(trainer.loader)
+    batches = [next(loader), next(loader)]
     replica = copy.deepcopy(trainer.model.bare)
-    loss = replica(batch["inputs"], batch["targets"], batch.get("document_ids"))
-    loss.backward()
+    losses = [replica(b["inputs"], b["targets"], b.get("document_ids")) for b in batches]
+    mean_loss = (losses[0] + losses[1]) / 2
+    mean_loss.backward()
     grads = [p.grad.detach().clone() for p in replica.parameters()]
     norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
     assert norm > 100 * clip  # clipping is active: a silent no-op would fail below
-
-    record = trainer._train_step(iter([batch]))
-    assert record["grad_norm"] == pytest.approx(norm, rel=1e-5)
-    beta1 = config.optim.betas[0]
     params = list(trainer.model.bare.parameters())
-    for param, grad in zip(params, grads, strict=True):
+    before = [p.detach().clone() for p in params]
+
+    record = trainer._train_step(iter(batches))
+    assert record["loss"] == pytest.approx(float(mean_loss.detach()), rel=1e-6)
+    assert record["grad_norm"] == pytest.approx(norm, rel=1e-5)
+    beta1, eps = config.optim.betas[0], config.optim.eps
+    lr = config.optim.lr / config.schedule.warmup_steps
+    assert record["lr"] == pytest.approx(lr)
+    for param, grad, old in zip(params, grads, before, strict=True):
+        clipped = grad * (clip / norm)
         first_moment = trainer.optimizer.state[param]["exp_avg"]
-        torch.testing.assert_close(first_moment, (1 - beta1) * grad * (clip / norm))
+        torch.testing.assert_close(first_moment, (1 - beta1) * clipped)
+        if param.ndim == 1:  # norm weights: no weight decay, the bare Adam step
+            step = -lr * clipped / (clipped.abs() + eps)
+            torch.testing.assert_close(param.detach() - old, step, rtol=1e-3, atol=1e-8)
