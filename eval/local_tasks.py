@@ -197,6 +197,15 @@ metric_list:
     ignore_punctuation: true
 {filters}"""
 
+# lm-eval's triviaqa: the answer the model generates (" Paris", the space is the continuation's)
+# is stripped before the exact match, and the first of the filtered answers is scored
+TRIVIAQA_FILTER = """filter_list:
+  - name: remove_whitespace
+    filter:
+      - function: remove_whitespace
+      - function: take_first
+"""
+
 GSM8K_FILTER = """filter_list:
   - name: last-number
     filter:
@@ -236,7 +245,7 @@ def build_local_tasks(source: str | Path, out_dir: str | Path) -> list[str]:
             target="{{answers}}",
             until='["\\n", ".", ","]',
             max_tokens=32,
-            filters="",
+            filters=TRIVIAQA_FILTER,
         ),
     )
     write(

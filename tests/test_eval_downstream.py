@@ -271,3 +271,28 @@ def test_downstream_runs_the_model_on_the_device_and_batch_size_it_is_given(lm, 
     assert out["aggregate"] == pytest.approx(50.0)
     downstream(["RUN", "--tasks", "piqa"])
     assert seen["loaded_on"] == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class AnswersWithTheFirstAlias(ProjectLM):
+    """Generates what a correct model would: a space, then the answer (the space belongs to
+    the continuation's first token, as BPE encodes it)."""
+
+    def generate_until(self, requests):
+        return [" " + r.doc["answers"][0] for r in requests]
+
+
+@pytest.mark.slow
+def test_local_triviaqa_scores_a_correct_answer_with_its_leading_space_as_correct(lm, tmp_path):
+    """lm-eval's triviaqa strips the generation (remove_whitespace, take_first) before the
+    exact match; without that filter a correct " Paris" scores 0."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    build_local_tasks(SHARED / "eval", tmp_path)
+    model = AnswersWithTheFirstAlias(lm.model, lm.tokenizer, batch_size=3)
+    manager = TaskManager(include_path=str(tmp_path), include_defaults=False)
+    out = simple_evaluate(model=model, tasks=["local_triviaqa"], limit=3, task_manager=manager)
+    from eval.downstream import metric_value
+
+    assert metric_value(out["results"], "local_triviaqa", "exact_match") == 1.0
+    assert "exact_match,remove_whitespace" in out["results"]["local_triviaqa"]  # lm-eval's name

@@ -20,24 +20,31 @@ from training.config import WandbConfig
 
 log = logging.getLogger(__name__)
 
-# dense bf16 peak FLOP/s per device, from the vendors' data sheets
+# dense bf16 peak FLOP/s per device, from the vendors' data sheets (half the "with sparsity"
+# figure); the first key contained in the device's name wins, so variants come first
 PEAK_BF16_FLOPS = {
     "GH200": 989e12,  # the Hopper GPU of a Grace Hopper superchip (H100 SXM class)
+    "H200 NVL": 835e12,  # the PCIe card: lower clocks and power than the SXM module
     "H200": 989e12,
+    "H100 NVL": 835e12,
     "H100 PCIe": 756e12,
-    "H100": 989e12,  # SXM / NVL
+    "H100": 989e12,  # SXM
     "A100": 312e12,
 }
+
+
+def peak_flops_of(device_name: str) -> float | None:
+    """The dense bf16 peak of a device by its CUDA name; None for a device not in the table."""
+    for key, peak in PEAK_BF16_FLOPS.items():
+        if key in device_name:
+            return peak
+    return None
 
 
 def device_peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    for key, peak in PEAK_BF16_FLOPS.items():  # ordered: "H100 PCIe" before "H100"
-        if key in name:
-            return peak
-    return None
+    return peak_flops_of(torch.cuda.get_device_name(device))
 
 
 def peak_memory_gib(device: torch.device) -> float:
