@@ -139,6 +139,14 @@ def linear_cross_entropy(
     """
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    if matmul_dtype(hidden) == torch.float16:
+        # the gradient of the mean is computed here, scaled by 1/tokens, and rounded to the
+        # matmul dtype before backward could apply a loss scale: in fp16 it underflows
+        raise ValueError(
+            "the fused LM-head loss does not support fp16 (its per-token gradients, ~1/tokens, "
+            "are rounded to fp16 before any loss scaling and lose precision): use bf16 "
+            "autocast or fp32"
+        )
     return _ChunkedLinearCrossEntropy.apply(
         hidden.reshape(-1, hidden.shape[-1]),
         weight,

@@ -37,6 +37,19 @@ def load_sweep(name: str) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
+def override_value(value) -> str:
+    """A YAML value as Hydra's override grammar spells it: ``null``, ``true``/``false``, lists
+    as ``[a,b]`` (``str`` would give ``None``, ``True`` and ``['a', 'b']``, which Hydra reads
+    as strings)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(override_value(v) for v in value) + "]"
+    return str(value)
+
+
 def expand(sweep: dict, extra: list[str] = ()) -> list[list[str]]:
     """Every job of the sweep as its list of overrides, in file order."""
     jobs = []
@@ -46,7 +59,7 @@ def expand(sweep: dict, extra: list[str] = ()) -> list[list[str]]:
             jobs.append(
                 [
                     *grid["overrides"],
-                    *(f"{k}={v}" for k, v in zip(keys, values, strict=True)),
+                    *(f"{k}={override_value(v)}" for k, v in zip(keys, values, strict=True)),
                     *extra,
                 ]
             )
@@ -59,11 +72,11 @@ def commands(sweep: dict, launcher: str, extra: list[str] = ()) -> list[list[str
     for grid in sweep["grids"]:
         settings = {**sweep.get("launcher", {}), **grid.get("launcher", {})}
         cmd = [sys.executable, "train.py", "-m", *grid["overrides"]]
-        cmd += [f"{k}={','.join(map(str, v))}" for k, v in grid["sweep"].items()]
+        cmd += [f"{k}={','.join(map(override_value, v))}" for k, v in grid["sweep"].items()]
         cmd.append(f"hydra/launcher={launcher}")
         if launcher.startswith("submitit"):
             cmd += [
-                f"hydra.launcher.{k}={v}"
+                f"hydra.launcher.{k}={override_value(v)}"
                 for k, v in settings.items()
                 if launcher == "submitit_slurm" or k in ("timeout_min", "tasks_per_node")
             ]

@@ -148,3 +148,15 @@ def test_the_target_entry_of_the_gradient_is_rounded_once_from_fp32():
     assert dlogits.dtype == torch.bfloat16
     assert dlogits[0, 3].item() == pytest.approx(exact.item(), rel=1e-2)
     assert exact.item() < 0
+
+
+def test_fp16_is_refused_with_a_clear_error_rather_than_silently_imprecise():
+    """The chunk gradients are already divided by the token count when they are rounded to the
+    matmul dtype; in fp16, with no loss scaling possible at that point, that loses precision
+    (5-7% off with a 65536 scale), so fp16 inputs or fp16 autocast are refused."""
+    hidden, weight, targets = problem(torch.float32)
+    with pytest.raises(ValueError, match=r"does not support fp16.*bf16"):
+        linear_cross_entropy(hidden.half(), weight.half(), targets)
+    fp16 = torch.autocast("cpu", torch.float16)
+    with pytest.raises(ValueError, match="does not support fp16"), fp16:
+        linear_cross_entropy(hidden, weight, targets)

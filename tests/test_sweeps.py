@@ -110,3 +110,27 @@ def test_submitit_local_runs_a_two_job_sweep_and_the_table_reads_it(tmp_path):
         assert (row["stable_loss"], row["final_loss"]) == (validation[8], validation[12])
         assert row["stable_ppl"] == pytest.approx(math.exp(validation[8]))
         assert row["final_ppl"] == pytest.approx(math.exp(validation[12]))
+
+
+def test_null_booleans_and_lists_in_a_sweep_reach_the_config_as_values():
+    """YAML null, true and lists become Hydra's null, true and [a,b], not the strings 'None',
+    'True' and "['a', 'b']": the composed config holds the values the sweep file wrote."""
+    sweep = {
+        "grids": [
+            {
+                "overrides": ["experiment=quickstart"],
+                "sweep": {
+                    "model.mlp_hidden": [None],
+                    "trainer.async_checkpoint": [True],
+                    "trainer.debug_nan_steps": [[2, 3]],
+                },
+            }
+        ]
+    }
+    (job,) = expand(sweep)
+    config, _ = compose(job)
+    assert config.model.mlp_hidden is None
+    assert config.trainer.async_checkpoint is True
+    assert config.trainer.debug_nan_steps == [2, 3]
+    (cmd,) = commands(sweep, "basic")
+    assert "model.mlp_hidden=null" in cmd and "trainer.async_checkpoint=true" in cmd
