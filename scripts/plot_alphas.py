@@ -23,14 +23,20 @@ def learned_alphas(run_dir: str, step: int | None = None) -> tuple[list[dict], o
 
 
 def plot_depth(runs: list[str], out: Path, step: int | None = None) -> Path:
+    """One panel per scalar the runs' activations declare (alpha_p and alpha_n for xIELU,
+    alpha for xSiLU, beta too when it is trainable), each run's values against depth."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for run in runs:
-        scalars, _ = learned_alphas(run, step)
+    learned = {run: learned_alphas(run, step)[0] for run in runs}
+    keys = list(dict.fromkeys(key for scalars in learned.values() for key in scalars[0]))
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.6), squeeze=False)
+    axes = axes[0]
+    for run, scalars in learned.items():
         depth = [i / max(len(scalars) - 1, 1) for i in range(len(scalars))]
-        for ax, key in zip(axes, ("alpha_p", "alpha_n"), strict=True):
-            ax.plot(depth, [s[key] for s in scalars], marker="o", ms=3, label=Path(run).name)
-    for ax, key in zip(axes, ("alpha_p", "alpha_n"), strict=True):
+        for ax, key in zip(axes, keys, strict=True):
+            if key in scalars[0]:
+                values = [s[key] for s in scalars]
+                ax.plot(depth, values, marker="o", ms=3, label=Path(run).name)
+    for ax, key in zip(axes, keys, strict=True):
         ax.set_xlabel("normalised depth")
         ax.set_ylabel(key)
         ax.legend(fontsize=8)

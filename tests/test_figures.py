@@ -113,3 +113,21 @@ def test_plot_activations_draws_the_registered_functions_and_slopes(tmp_path, fi
     xiprelu_slope = torch.where(x > 0, 2 * ap * x, 2 * an * x) + 0.5
     torch.testing.assert_close(torch.as_tensor(f["xiprelu"].get_ydata()), xiprelu)
     torch.testing.assert_close(torch.as_tensor(slope["xiprelu"].get_ydata()), xiprelu_slope)
+
+
+def test_plot_alphas_draws_whatever_scalars_the_activation_declares(corpus, tmp_path, figures):
+    """xSiLU declares one scalar, ``alpha``: one panel, its learned value per layer (there is no
+    alpha_p / alpha_n to look up)."""
+    from scripts.plot_alphas import main
+    from train_helpers import run_in_process, tiny_overrides
+
+    run_dir = tmp_path / "xsilu"
+    overrides = tiny_overrides(corpus, run_dir, activation="xsilu", **{"trainer.steps": 6})
+    assert run_in_process(overrides) == 0
+    main([str(tmp_path / "alphas.png"), str(run_dir)])
+    (figure,) = figures
+    (axes,) = figure.axes
+    assert axes.get_ylabel() == "alpha"
+    (line,) = axes.get_lines()
+    learned = load_trained_model(run_dir)[0].activation_scalars()
+    assert list(line.get_ydata()) == pytest.approx([layer["alpha"] for layer in learned])
