@@ -75,6 +75,7 @@ class Trainer:
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
         self.step, self.tokens, self.skipped, self.bad_in_a_row = 0, 0, 0, 0
         self.preemption = Preemption()
+        self.injected_signal = parse_debug_signal(t.debug_signal)  # (signal, step, rank) or None
         self.writer = CheckpointWriter(
             self.run_dir, self.env, t.keep_checkpoints, asynchronous=t.async_checkpoint
         )
@@ -232,10 +233,9 @@ class Trainer:
         self.logger.log_alpha_table(self.step, per_layer)
 
     def _debug_signal(self) -> None:
-        injected = parse_debug_signal(self.config.trainer.debug_signal)
-        if injected is None:
+        if self.injected_signal is None:
             return
-        sig, step, rank = injected
+        sig, step, rank = self.injected_signal
         if self.step == step and rank in (None, self.env.rank):
             os.kill(os.getpid(), sig)
 
