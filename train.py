@@ -16,7 +16,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from training.config import ExperimentConfig, register_configs, to_experiment
+from training.config import ConfigError, ExperimentConfig, register_configs, to_experiment
 from training.loop import train
 
 register_configs()
@@ -29,7 +29,10 @@ def main(cfg: DictConfig) -> None:
         config: ExperimentConfig = to_experiment(cfg)
     except ValueError as error:  # a dataclass __post_init__ check, naming the key
         sys.exit(f"invalid configuration: {error}")
-    code = train(config, OmegaConf.to_yaml(cfg, resolve=True))
+    try:
+        code = train(config, OmegaConf.to_yaml(cfg, resolve=True))
+    except ConfigError as error:  # settings that depend on each other, or on the run directory
+        sys.exit(f"invalid configuration: {error}")
     if code:
         sys.exit(code)
 

@@ -38,7 +38,15 @@ class ModelConfig:
         tie_embeddings: share the embedding and LM-head matrix (paper: 1.1B yes, 3B no).
         qk_norm: RMSNorm on each head's queries and keys (as in the Apertus models).
         max_seq_len: longest sequence the RoPE tables are built for.
-        init_std: standard deviation of the normal initialisation.
+        init_std: standard deviation of the normal initialisation (at the reference width).
+        init_scaling: ``fixed`` (the paper: ``init_std`` at every width) or ``width``
+            (``init_std * sqrt(init_reference_dim / dim)``). A matrix reading the RMS-normalised
+            residual stream gives outputs of RMS about ``std * sqrt(dim)``, so ``width`` keeps
+            the MLP pre-activation at the scale it has at the reference width, where the
+            activation works in the paper's regime: 0.78 at the 1.1B's 1536 with 0.02, against
+            0.23 at dim 128 with ``fixed``, where xIELU starts almost linear
+            (``docs/results.md``, ``python -m scripts.operating_regime``).
+        init_reference_dim: the width ``init_std`` is meant for (1536: the paper's 1.1B).
         vocab_multiple: padding multiple for a tokenizer-derived vocabulary (128: a multiple of
             every tensor-core tile size and of 8-way tensor parallel shards).
         loss_chunk_tokens: tokens per chunk of the fused LM-head cross-entropy (``model/loss.py``);
@@ -63,6 +71,8 @@ class ModelConfig:
     qk_norm: bool = False
     max_seq_len: int = 4096
     init_std: float = 0.02
+    init_scaling: str = "fixed"
+    init_reference_dim: int = 1536
     vocab_multiple: int = 128
     loss_chunk_tokens: int = 1024
 
@@ -83,6 +93,13 @@ class ModelConfig:
     @property
     def gated(self) -> bool:
         return is_gated(self.activation)
+
+    @property
+    def effective_init_std(self) -> float:
+        """The initialisation's standard deviation at this width (``init_scaling``)."""
+        if self.init_scaling == "width":
+            return self.init_std * (self.init_reference_dim / self.dim) ** 0.5
+        return self.init_std
 
     @property
     def hidden(self) -> int:

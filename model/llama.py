@@ -1,6 +1,7 @@
 """The Llama decoder the paper trains; only the MLP activation changes between runs.
 
-Initialisation: every matrix N(0, init_std) (0.02, as Llama and OLMo), except the two projections
+Initialisation: every matrix N(0, std) with std = init_std (0.02, as Llama and OLMo), or its
+width-aware version (``ModelConfig.init_scaling``), except the two projections
 that write into the residual stream (attention ``o_proj`` and MLP ``down_proj``), which are
 scaled by 1/sqrt(2 * n_layers) so the residual variance does not grow with depth (GPT-2,
 Megatron). Norm weights start at 1; activation scalars keep their own initialisation (xIELU's
@@ -42,7 +43,7 @@ class Llama(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        std = self.config.init_std
+        std = self.config.effective_init_std
         residual_std = std / math.sqrt(2 * self.config.n_layers)
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear | nn.Embedding):

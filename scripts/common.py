@@ -90,7 +90,8 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """A run's ``metrics.jsonl`` records in step order, the later record winning for steps
-    logged twice (a resumed run logs again the steps after its last checkpoint)."""
+    logged twice (a resumed run logs again the steps after its last checkpoint); training,
+    validation and diagnostics records of one step are kept apart."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} has no metrics.jsonl")
@@ -98,5 +99,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     for line in path.read_text().splitlines():
         record = json.loads(line)
         kind = "val" if "val/loss" in record else "train"
+        if any(k.startswith("diag/") for k in record):
+            kind = "diag"
         by_key[(kind, record["step"])] = record
     return [by_key[k] for k in sorted(by_key, key=lambda k: (k[1], k[0]))]

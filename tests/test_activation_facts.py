@@ -10,7 +10,7 @@ import torch
 
 from model import Llama, ModelConfig, count_parameters
 from training.config import OptimConfig
-from training.optim import parameter_groups
+from training.optim import build_optimizer, parameter_groups, set_learning_rate
 from xielu import (
     Activation,
     GatedActivation,
@@ -144,14 +144,45 @@ def test_optimizer_groups_take_the_activation_scalars_the_activation_declares(na
         vocab_size=64, dim=16, n_layers=3, n_heads=2, gated_hidden=32, activation=name
     )
     model = Llama(config)
-    optim = OptimConfig(decay_norms_and_embeddings=True, decay_activation_scalars=decay_scalars)
-    decay, no_decay = parameter_groups(model, optim)
+    optim = OptimConfig(
+        decay_norms_and_embeddings=True,
+        decay_activation_scalars=decay_scalars,
+        scalar_lr_multiplier=4.0,
+    )
+    groups = parameter_groups(model, optim)
     declared = list(model.activation_scalar_parameters())
     assert len(declared) == 3 * len(activation_spec(name).scalars)
-    # norms and the embedding decay here, so the no-decay group holds the scalars or nothing
-    expected = [] if decay_scalars else declared
-    assert [id(p) for p in no_decay["params"]] == [id(p) for p in expected]
-    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    # norms and the embedding decay here, so only matrices, norms and the embedding are left
+    assert groups[1]["params"] == []
+    if declared:
+        decay, no_decay, scalars = groups
+        assert [id(p) for p in scalars["params"]] == [id(p) for p in declared]
+        assert scalars["weight_decay"] == (0.1 if decay_scalars else 0.0)
+        assert scalars["lr_multiplier"] == 4.0
+    else:
+        assert len(groups) == 2
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_the_scalar_group_trains_at_the_multiplied_rate():
+    """``set_learning_rate`` gives the scalars ``lr * scalar_lr_multiplier``, everything else
+    ``lr``; Adam's first step then moves each scalar by about its group's rate."""
+    config = ModelConfig(vocab_size=64, dim=16, n_layers=2, n_heads=2, gated_hidden=32)
+    model = Llama(config)
+    optimizer = build_optimizer(model, OptimConfig(scalar_lr_multiplier=5.0), torch.device("cpu"))
+    set_learning_rate(optimizer, 1e-3)
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-3, 1e-3, 5e-3])
+    before = [p.detach().clone() for p in model.activation_scalar_parameters()]
+    matrix = model.layers[0].mlp.up_proj.weight
+    matrix_before = matrix.detach().clone()
+    model(torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8))).backward()
+    optimizer.step()
+    moved = [(p - b).abs().item() for p, b in zip(model.activation_scalar_parameters(), before)]
+    # Adam's first step is lr * sign(grad) (|m / sqrt(v)| = 1) for every nonzero gradient
+    assert moved == pytest.approx([5e-3] * len(moved), rel=1e-3)
+    step = (matrix - matrix_before).abs()
+    # weight decay shrinks by lr * wd * w (~1e-6 here) on top of the lr-sized Adam step
+    assert step.max().item() == pytest.approx(1e-3, rel=2e-2)
 
 
 @pytest.mark.parametrize("name", ["xielu", "xielu_trainable_beta", "swiglu"])
@@ -164,7 +195,7 @@ def test_optimizer_groups_are_those_of_the_parameter_names(name):
     model = Llama(config)
     by_name = [p for n, p in model.named_parameters() if ".act_fn." in n]
     assert [id(p) for p in model.activation_scalar_parameters()] == [id(p) for p in by_name]
-    decay, no_decay = parameter_groups(model, OptimConfig())
+    decay, no_decay, *_ = parameter_groups(model, OptimConfig())
     decayed = [p for n, p in model.named_parameters() if n.endswith("proj.weight")]
     assert [id(p) for p in decay["params"]] == [id(p) for p in decayed]
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0

@@ -134,3 +134,38 @@ def test_null_booleans_and_lists_in_a_sweep_reach_the_config_as_values():
     assert config.trainer.debug_nan_steps == [2, 3]
     (cmd,) = commands(sweep, "basic")
     assert "model.mlp_hidden=null" in cmd and "trainer.async_checkpoint=true" in cmd
+
+
+def test_every_point_of_the_study_grid_gets_its_own_run_directory_and_axes():
+    jobs = expand(load_sweep("study_lr"))
+    assert len(jobs) == 24
+    configs = [compose(job)[0] for job in jobs]
+    run_dirs = {c.trainer.run_dir for c in configs}
+    assert len(run_dirs) == 24
+    assert "runs/study-xielu_init_scaling-width_lr-0.006" in run_dirs
+    for config in configs:
+        assert {"model.activation", "model.init_scaling", "optim.lr"} <= set(config.trainer.axes)
+        assert config.data.seed == config.trainer.seed  # a seed is the init and the data order
+
+
+@pytest.mark.slow
+def test_a_hydra_multirun_over_learning_rates_trains_each_rate_in_its_own_directory(tmp_path):
+    """Before, every job of a grid over lr shared ``runs/<name>-<activation>``: the second one
+    resumed the first one's final checkpoint and trained zero steps."""
+    corpus = tmp_path / "corpus"
+    write_parquet_corpus(corpus, files=2)
+    base = tiny_overrides(corpus, tmp_path / "runs" / "lr", **{"trainer.steps": 4})
+    sweep = {
+        "grids": [
+            {"overrides": [*base, "schedule.decay_steps=1"], "sweep": {"optim.lr": [0.001, 0.004]}}
+        ]
+    }
+    (cmd,) = commands(sweep, "basic")
+    cmd += [f"hydra.sweep.dir={tmp_path}/sweep"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    for lr in ("0.001", "0.004"):
+        run = tmp_path / "runs" / f"lr_lr-{lr}"
+        assert max(m["step"] for m in metrics(run)) == 4
+        assert [m["lr"] for m in metrics(run) if m.get("step") == 2] == [float(lr)]

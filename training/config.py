@@ -26,6 +26,10 @@ class OptimConfig:
         decay_activation_scalars: apply weight decay to alpha_p / alpha_n / trainable beta
             (default off, as in the Megatron xIELU runs: decay would pull the softplus-raw alphas
             towards softplus(0) = 0.69 rather than towards "no activation").
+        scalar_lr_multiplier: the activation scalars' learning rate over the schedule's (1: the
+            paper). Adam moves a scalar by about lr per step, so a short run (the CPU study sums
+            ~1 of lr over its steps, the paper's 1.1B ~47) leaves the alphas near their
+            initialisation; a multiplier lets them reach their regime in fewer steps.
         grad_clip: global gradient-norm clip; 0 disables.
         fused: torch's fused AdamW kernel (CUDA and CPU); ``None`` picks it on CUDA.
     """
@@ -37,6 +41,7 @@ class OptimConfig:
     weight_decay: float = 0.1
     decay_norms_and_embeddings: bool = False
     decay_activation_scalars: bool = False
+    scalar_lr_multiplier: float = 1.0
     grad_clip: float = 1.0
     fused: bool | None = None
 
@@ -57,6 +62,17 @@ class ScheduleConfig:
     warmup_steps: int = 10
     decay_steps: int = 20
     decay_shape: str = "1-sqrt"
+
+
+# what makes two runs different experiments rather than one run resumed (``training/axes.py``)
+DEFAULT_AXES = (
+    "model.activation",
+    "model.init_scaling",
+    "optim.lr",
+    "optim.scalar_lr_multiplier",
+    "trainer.seed",
+    "data.seed",
+)
 
 
 @dataclass
@@ -83,6 +99,9 @@ class TrainerConfig:
     See ``training/parallelize.py`` for how these are applied.
     seed: model initialisation and everything else random.
     run_dir: where checkpoints, metrics.jsonl and the resolved config go.
+    axes: the keys that say which run a run directory holds: written to ``axes.json`` in it,
+        and a run whose values differ from those of the checkpoints the directory holds refuses
+        to resume them (``training/axes.py``); ``scripts.sweep`` adds the keys it varies.
     checkpoint_every: steps between checkpoints (and one at the end); 0: only at the end.
     async_checkpoint: write checkpoints in the background while training goes on (the weights
         are first copied to CPU memory); published, as synchronous ones, only once complete.
@@ -115,6 +134,7 @@ class TrainerConfig:
     seed: int = 0
     # deterministic, so that rerunning the same command (a requeued SLURM job) resumes
     run_dir: str = "runs/${name}-${model.activation}"
+    axes: list[str] = field(default_factory=lambda: list(DEFAULT_AXES))
     checkpoint_every: int = 50
     async_checkpoint: bool = False
     keep_checkpoints: int = 2
@@ -143,7 +163,15 @@ class WandbConfig:
 
 @dataclass
 class LoggingConfig:
+    """Attributes:
+    diagnostics_every: steps between the per-layer activation diagnostics (the MLP
+        pre-activation RMS, its fraction below zero, the output RMS and the non-linear share
+        of the output; ``training/diagnostics.py``), measured on one fixed held-out batch, also
+        at step 0; 0 disables. Each costs one forward of ``trainer.micro_batch`` sequences.
+    """
+
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    diagnostics_every: int = 50
 
 
 @dataclass
@@ -160,6 +188,7 @@ class ExperimentConfig:
 
 
 CHOICES = {
+    "model.init_scaling": ("fixed", "width"),
     "trainer.parallelism": ("ddp", "fsdp"),
     "trainer.precision": ("auto", "bf16", "fp32"),
     "trainer.compile": ("none", "blocks", "model"),
@@ -177,6 +206,7 @@ BOUNDS = {
     "model.n_heads": 1,
     "model.gated_hidden": 1,
     "model.max_seq_len": 1,
+    "model.init_reference_dim": 1,
     "model.loss_chunk_tokens": 1,
     "data.seq_len": 1,
     "data.validation_documents": 0,
@@ -193,14 +223,22 @@ BOUNDS = {
     "trainer.eval_batches": 0,
     "trainer.max_bad_steps": 0,
     "trainer.collective_timeout_s": 1,
+    "logging.diagnostics_every": 0,
     "schedule.warmup_steps": 0,
     "schedule.decay_steps": 0,
 }
 
 
-def _get(config: ExperimentConfig, dotted: str):
+class ConfigError(ValueError):
+    """A setting that cannot work, found before the run starts; the message names the key."""
+
+
+def config_value(config: ExperimentConfig, dotted: str):
+    """The value of a dotted key (``optim.lr``) in the config; ConfigError for an unknown key."""
     value = config
     for part in dotted.split("."):
+        if not hasattr(value, part):
+            raise ConfigError(f"{dotted!r} is not a configuration key")
         value = getattr(value, part)
     return value
 
@@ -211,37 +249,47 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
     Also resolves ``trainer.global_batch_tokens`` into ``trainer.global_batch``.
     """
     for key, allowed in CHOICES.items():
-        if _get(config, key) not in allowed:
-            raise ValueError(f"{key}={_get(config, key)!r} is not one of {', '.join(allowed)}")
+        if config_value(config, key) not in allowed:
+            value = config_value(config, key)
+            raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
     for key, minimum in BOUNDS.items():
-        if _get(config, key) < minimum:
+        if config_value(config, key) < minimum:
             rule = "positive" if minimum == 1 else f">= {minimum}"
-            raise ValueError(f"{key} must be {rule}, got {_get(config, key)}")
+            raise ConfigError(f"{key} must be {rule}, got {config_value(config, key)}")
     t, s, o = config.trainer, config.schedule, config.optim
     if t.global_batch_tokens is not None:
         if t.global_batch_tokens <= 0 or t.global_batch_tokens % config.data.seq_len:
-            raise ValueError(
+            raise ConfigError(
                 f"trainer.global_batch_tokens={t.global_batch_tokens} is not a positive multiple "
                 f"of data.seq_len={config.data.seq_len}"
             )
         t.global_batch = t.global_batch_tokens // config.data.seq_len
     per_step = t.micro_batch * world_size
     if t.global_batch % per_step:
-        raise ValueError(
+        raise ConfigError(
             f"trainer.global_batch={t.global_batch} is not divisible by trainer.micro_batch="
             f"{t.micro_batch} x world size {world_size}"
         )
     decay = s.decay_steps if s.name == "wsd" else 0
     if s.warmup_steps + decay > t.steps:
-        raise ValueError(
+        raise ConfigError(
             f"schedule.warmup_steps={s.warmup_steps} + schedule.decay_steps={decay} is longer "
             f"than trainer.steps={t.steps}"
         )
+    if o.scalar_lr_multiplier <= 0:
+        raise ConfigError(
+            f"optim.scalar_lr_multiplier must be positive, got {o.scalar_lr_multiplier}"
+        )
     if not 0 <= o.min_lr <= o.lr:
-        raise ValueError(f"optim.min_lr={o.min_lr} must lie in [0, optim.lr={o.lr}]")
+        raise ConfigError(f"optim.min_lr={o.min_lr} must lie in [0, optim.lr={o.lr}]")
     parse_debug_signal(t.debug_signal)  # raises naming the key
+    for key in t.axes:
+        try:
+            config_value(config, key)
+        except ConfigError as error:
+            raise ConfigError(f"trainer.axes: {error}") from None
     if config.data.seq_len > config.model.max_seq_len:
-        raise ValueError(
+        raise ConfigError(
             f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len="
             f"{config.model.max_seq_len}"
         )

@@ -21,15 +21,17 @@ from data import build_loader, build_validation_loader, load_tokenizer, restore_
 from data import counters as data_counters
 from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint, distributed
+from training.axes import refuse_other_runs_checkpoints, write_axes
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
 from training.config import ExperimentConfig, validate
+from training.diagnostics import diagnostic_scalars, mlp_diagnostics
 from training.metrics import (
     MetricsLogger,
     alpha_scalars,
     device_peak_flops,
     peak_memory_gib,
 )
-from training.optim import build_optimizer
+from training.optim import build_optimizer, set_learning_rate
 from training.parallelize import parallelize, plan_from_config
 from training.preemption import (
     EXIT_PREEMPTED,
@@ -74,6 +76,8 @@ class Trainer:
         self.optimizer = build_optimizer(self.model.bare, config.optim, self.env.device)
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
         self.step, self.tokens, self.skipped, self.bad_in_a_row = 0, 0, 0, 0
+        s = config.schedule  # validated at the end of the stable phase, whatever eval_every is
+        self.stable_end = t.steps - s.decay_steps if s.name == "wsd" and s.decay_steps else None
         self.preemption = Preemption()
         self.injected_signal = parse_debug_signal(t.debug_signal)  # (signal, step, rank) or None
         self.writer = CheckpointWriter(
@@ -86,9 +90,11 @@ class Trainer:
     # ----------------------------------------------------------------------------------------
     def run(self) -> int:
         env, t = self.env, self.config.trainer
+        refuse_other_runs_checkpoints(self.run_dir, self.config)  # before anything is written
         if env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(self.config_yaml)
+            write_axes(self.run_dir, self.config)
         distributed.barrier()
         self._resume()
         if env.is_main:
@@ -98,6 +104,8 @@ class Trainer:
             self._announce()
         self.preemption.install()
         data = iter(self.loader)
+        if self.step == 0:
+            self._diagnose()  # the regime at initialisation
         exit_code = 0
         started, start_step = time.perf_counter(), self.step
         try:
@@ -109,12 +117,16 @@ class Trainer:
                     elapsed = time.perf_counter() - started
                     rate = (self.step - start_step) / max(elapsed, 1e-9)
                     self._log(metrics, step_time, (t.steps - self.step) / max(rate, 1e-9))
+                if self._should(self.config.logging.diagnostics_every) or self.step == t.steps:
+                    self._diagnose()
                 self._debug_signal()
                 # a preemption signal goes straight to the checkpoint: the grace period is short
                 preempted = distributed.any_rank(self.preemption.requested is not None, env.device)
                 if preempted and env.is_main:
                     log.warning("preemption signal %s received", self.preemption.requested)
-                evaluate = t.eval_every and (self._should(t.eval_every) or self.step == t.steps)
+                evaluate = t.eval_every and (
+                    self._should(t.eval_every) or self.step in (self.stable_end, t.steps)
+                )
                 if evaluate and not preempted:
                     self._evaluate()
                 if self._should(t.checkpoint_every) or self.step == t.steps or preempted:
@@ -144,8 +156,7 @@ class Trainer:
     def _train_step(self, data) -> dict:
         t, env = self.config.trainer, self.env
         lr = learning_rate(self.step, t.steps, self.config.optim, self.config.schedule)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_learning_rate(self.optimizer, lr)
         seen = {}
 
         def finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> bool:
@@ -188,22 +199,39 @@ class Trainer:
         return {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
 
     # ----------------------------------------------------------------------------------------
-    def _evaluate(self) -> None:
-        t, env = self.config.trainer, self.env
-        self.model.eval()
-        if self.validation_batches is None:  # tokenized and packed once, reused every eval
+    def _held_out(self) -> list[dict]:
+        """This rank's validation batches: tokenized and packed once, reused every eval."""
+        if self.validation_batches is None:
+            t, env = self.config.trainer, self.env
             loader = build_validation_loader(
                 self.config.data, t.micro_batch, env.rank, env.world_size
             )
             self.validation_batches = list(itertools.islice(loader, t.eval_batches or None))
-        batches = self.validation_batches
+        return self.validation_batches
+
+    def _evaluate(self) -> None:
+        t, env = self.config.trainer, self.env
+        batches = self._held_out()
+        self.model.eval()
         shape = (t.micro_batch, self.config.data.seq_len)
         result = validation_loss(self.model, batches, env.device, shape, self.model.autocast)
         self.model.train()
         if env.is_main and result["tokens"]:
-            self.logger.log(
-                self.step, {"val/loss": result["loss"], "val/perplexity": result["perplexity"]}
-            )
+            # val/tokens says what the number covers: eval_batches > 0 is a part of the slice
+            record = {"val/loss": result["loss"], "val/perplexity": result["perplexity"]}
+            self.logger.log(self.step, {**record, "val/tokens": result["tokens"]})
+
+    def _diagnose(self) -> None:
+        if not self.config.logging.diagnostics_every:
+            return
+        t = self.config.trainer
+        batches = self._held_out()
+        shape = (t.micro_batch, self.config.data.seq_len)
+        per_layer = mlp_diagnostics(
+            self.model, batches[0] if batches else None, self.env.device, shape
+        )
+        if self.env.is_main:
+            self.logger.log(self.step, diagnostic_scalars(per_layer), console=False)
 
     def _log(self, metrics: dict, step_time: float, eta: float) -> None:
         per_layer = self.model.activation_scalars()  # a collective under FSDP: every rank

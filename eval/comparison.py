@@ -1,0 +1,75 @@
+"""How sure a comparison of activations is: spread over seeds and paired differences.
+
+Two activations trained on the same seeds (the same initialisation draw and data order) are
+compared seed by seed: the difference of their losses cancels what the seed does to both, so
+its spread is what decides whether a gap is real. The interval is Student's t interval of the
+mean paired difference (``scipy.stats.ttest_rel``), which assumes the differences are roughly
+normal: with three seeds it is wide, as it should be.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Mean and sample standard deviation (n - 1) of one activation's losses over seeds."""
+
+    mean: float
+    std: float
+    n: int
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """``mean`` of ``a - b`` over the seeds both have, with its 95% interval ``[low, high]``;
+    ``within_noise`` when the interval holds 0 (with one seed there is no interval at all)."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def within_noise(self) -> bool:
+        return not (self.low > 0 or self.high < 0)
+
+
+def spread(values: list[float]) -> Spread:
+    if not values:
+        raise ValueError("no values to summarise")
+    std = statistics.stdev(values) if len(values) > 1 else math.nan
+    return Spread(statistics.fmean(values), std, len(values))
+
+
+def paired_difference(
+    a: dict[int, float], b: dict[int, float], confidence: float = 0.95
+) -> PairedDifference:
+    """``a`` and ``b`` map seed -> loss; the seeds both have are paired."""
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        raise ValueError("the two sets of runs share no seed: nothing to pair")
+    diffs = [a[s] - b[s] for s in seeds]
+    mean = statistics.fmean(diffs)
+    if len(seeds) < 2:
+        return PairedDifference(mean, -math.inf, math.inf, 1)
+    if statistics.pstdev(diffs) == 0:
+        return PairedDifference(mean, mean, mean, len(seeds))
+    interval = stats.ttest_rel([a[s] for s in seeds], [b[s] for s in seeds]).confidence_interval(
+        confidence
+    )
+    return PairedDifference(mean, float(interval.low), float(interval.high), len(seeds))
+
+
+def power_law_fit(sizes: list[float], losses: list[float]) -> tuple[float, float]:
+    """``(a, b)`` of ``loss = a * size ** -b``, least squares in log-log space (needs three or
+    more sizes to be worth drawing; two always fit exactly)."""
+    if len(sizes) < 2:
+        raise ValueError("a power law needs at least two sizes")
+    fit = stats.linregress([math.log(s) for s in sizes], [math.log(v) for v in losses])
+    return math.exp(fit.intercept), -fit.slope
