@@ -169,3 +169,23 @@ def test_a_hydra_multirun_over_learning_rates_trains_each_rate_in_its_own_direct
         run = tmp_path / "runs" / f"lr_lr-{lr}"
         assert max(m["step"] for m in metrics(run)) == 4
         assert [m["lr"] for m in metrics(run) if m.get("step") == 2] == [float(lr)]
+
+
+def test_the_gpu_ladders_train_about_20_tokens_per_parameter_each_in_its_own_directory():
+    from model import count_parameters, training_flops_per_token
+    from scripts.estimate_sweep import job_cost
+
+    for name, widths in (("ladder_h100", 3), ("ladder_gh200", 3)):
+        jobs = expand(load_sweep(name), ["data.paths=[/x/*.parquet]"])
+        configs = [compose(job)[0] for job in jobs]
+        assert len({c.trainer.run_dir for c in configs}) == len(jobs)
+        assert len({c.model.dim for c in configs}) == widths
+        cost = job_cost(jobs[0])
+        model = configs[0].model.with_vocab_from_tokenizer(131072)  # Tekken
+        tokens = configs[0].trainer.steps * configs[0].trainer.global_batch * 2048
+        assert cost["tokens"] == tokens and cost["params"] == count_parameters(model).total
+        assert cost["flops"] == training_flops_per_token(model, 2048) * tokens
+        for config in configs:
+            m = config.model.with_vocab_from_tokenizer(131072)
+            per_param = config.trainer.steps * config.trainer.global_batch * 2048
+            assert 17 < per_param / count_parameters(m).total < 23, config.model.dim

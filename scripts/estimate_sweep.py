@@ -1,0 +1,92 @@
+"""How long a sweep takes: its jobs' FLOPs over a measured throughput, before submitting it.
+
+    python -m scripts.estimate_sweep ladder_h100 --gpus 1
+    python -m scripts.estimate_sweep ladder_gh200 --gpus 16 --mfu 0.306
+
+Each job of ``configs/sweep/<name>.yaml`` is composed as ``train.py`` would compose it; its
+training FLOPs are ``training_flops_per_token`` (6 x matmul parameters + attention) x steps x
+global batch x sequence length. The default MFU, 0.306, is the one measured on one H100 at
+paper_1b (bf16, FSDP2, compiled blocks; docs/performance.md); smaller models reach less of the
+peak, so the hours are a lower bound for the small rungs. GH200 is counted at the H100 SXM peak
+(the same Hopper GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from hydra import compose, initialize_config_dir
+
+from data import load_tokenizer
+from model import count_parameters, training_flops_per_token
+from scripts.common import markdown
+from scripts.sweep import SWEEPS, expand, load_sweep
+from training.config import register_configs, to_experiment
+from training.metrics import PEAK_BF16_FLOPS
+
+MEASURED_MFU = 0.306  # paper_1b on one H100, docs/performance.md
+
+
+def job_cost(overrides: list[str]) -> dict:
+    """Parameters, tokens and training FLOPs of one job."""
+    with initialize_config_dir(str(SWEEPS.parent), version_base=None):
+        cfg = compose("train", [o for o in overrides if not o.startswith("hydra")])
+    config = to_experiment(cfg)
+    model = config.model.with_vocab_from_tokenizer(load_tokenizer(config.data.tokenizer).vocab_size)
+    params = count_parameters(model).total
+    tokens = config.trainer.steps * config.trainer.global_batch * config.data.seq_len
+    flops = training_flops_per_token(model, config.data.seq_len) * tokens
+    return {
+        "model": f"{model.dim}x{model.n_layers}",
+        "activation": model.activation,
+        "params": params,
+        "tokens": tokens,
+        "flops": flops,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("sweep")
+    parser.add_argument("overrides", nargs="*", help="appended to every job")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs the whole sweep shares")
+    parser.add_argument("--mfu", type=float, default=MEASURED_MFU)
+    parser.add_argument(
+        "--peak", type=float, default=PEAK_BF16_FLOPS["H100"], help="FLOP/s per GPU"
+    )
+    args = parser.parse_intermixed_args(argv)
+    register_configs()
+    rate = args.mfu * args.peak
+    extra = list(args.overrides)
+    if not any(o.startswith("data.paths=") for o in extra):
+        extra.append("data.paths=[/not/read]")  # local sources need paths; no data is read
+    jobs = [job_cost(job) for job in expand(load_sweep(args.sweep), extra)]
+    rows, total = [], 0.0
+    for job in jobs:
+        gpu_hours = job["flops"] / rate / 3600
+        total += gpu_hours
+        rows.append(
+            [
+                job["model"],
+                job["activation"],
+                f"{job['params'] / 1e6:.0f}M",
+                f"{job['tokens'] / 1e9:.2f}B",
+                f"{job['tokens'] / job['params']:.1f}",
+                f"{job['flops']:.2e}",
+                f"{gpu_hours:.1f}",
+            ]
+        )
+    header = ["model", "activation", "params", "tokens", "tokens/param", "FLOPs", "GPU-hours"]
+    print("\n".join(markdown(header, rows)))
+    print(
+        f"{len(jobs)} jobs, {total:.0f} GPU-hours at MFU {args.mfu:.3f} of "
+        f"{args.peak / 1e12:.0f} TFLOP/s: {total / args.gpus:.1f} hours on {args.gpus} GPU(s), "
+        "if the runs keep them all busy"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
