@@ -34,6 +34,8 @@ class ModelConfig:
         activation: a name from the ``xielu`` registry.
         activation_kwargs: options for that activation (e.g. ``alpha_p_init``).
         rope_theta: RoPE base (paper: 500000).
+        rope_scaling_factor: linear position interpolation: positions are divided by it before
+            the rotation (transformers' ``linear`` RoPE type); 1 (the paper) is plain RoPE.
         norm_eps: RMSNorm epsilon.
         tie_embeddings: share the embedding and LM-head matrix (paper: 1.1B yes, 3B no).
         qk_norm: RMSNorm on each head's queries and keys (as in the Apertus models).
@@ -66,6 +68,7 @@ class ModelConfig:
     activation: str = "xielu"
     activation_kwargs: dict = field(default_factory=dict)
     rope_theta: float = 500000.0
+    rope_scaling_factor: float = 1.0
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
     qk_norm: bool = False
@@ -84,6 +87,10 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head dimension, got {self.head_dim}")
+        if self.rope_scaling_factor <= 0:
+            raise ValueError(
+                f"model.rope_scaling_factor must be positive, got {self.rope_scaling_factor}"
+            )
         is_gated(self.activation)  # raises with the list of valid names
 
     @property

@@ -96,7 +96,7 @@ def to_hf_config(config: ModelConfig, bos_token_id: int | None = None, eos_token
         initializer_range=config.effective_init_std,
         rms_norm_eps=config.norm_eps,
         tie_word_embeddings=config.tie_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
+        rope_parameters=_rope_parameters(config),
         attention_bias=False,
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,
@@ -106,6 +106,34 @@ def to_hf_config(config: ModelConfig, bos_token_id: int | None = None, eos_token
     if model_type != "apertus":
         fields.update(head_dim=config.head_dim, mlp_bias=False)
     return AutoConfig.for_model(model_type, **fields)
+
+
+def _rope_parameters(config: ModelConfig) -> dict:
+    if config.rope_scaling_factor == 1:
+        return {"rope_type": "default", "rope_theta": config.rope_theta}
+    factor = config.rope_scaling_factor
+    return {"rope_type": "linear", "factor": factor, "rope_theta": config.rope_theta}
+
+
+def _rope_from_hf(hf: dict) -> tuple[float, float]:
+    """(theta, linear factor) from a config.json in transformers 5's layout
+    (``rope_parameters``) or 4.x's (``rope_theta`` beside ``rope_scaling``, whose type key is
+    ``type`` or ``rope_type``); a scaling other than linear is refused, naming the key."""
+    if hf.get("rope_parameters"):
+        rope, key = hf["rope_parameters"], "rope_parameters"
+        theta = rope.get("rope_theta", hf.get("rope_theta"))
+    else:
+        rope, key = hf.get("rope_scaling") or {}, "rope_scaling"
+        theta = hf.get("rope_theta", 10000.0)
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind == "default":
+        return float(theta), 1.0
+    if kind == "linear":
+        return float(theta), float(rope["factor"])
+    raise ValueError(
+        f"config.json {key}: RoPE scaling {kind!r} is not supported by model.Llama (plain "
+        "RoPE and linear position interpolation are)"
+    )
 
 
 def _hf_key(key: str, model_type: str) -> str:
@@ -180,9 +208,7 @@ def _config_from_hf(hf: dict) -> ModelConfig:
         raise ValueError(
             f"cannot import model_type {model_type!r}; supported: {', '.join(_ARCHITECTURES)}"
         )
-    rope = hf.get("rope_parameters") or {"rope_type": "default", "rope_theta": hf["rope_theta"]}
-    if rope.get("rope_type", "default") != "default":
-        raise ValueError(f"RoPE scaling {rope['rope_type']!r} is not supported by model.Llama")
+    theta, factor = _rope_from_hf(hf)
     if hf.get("num_key_value_heads", hf["num_attention_heads"]) != hf["num_attention_heads"]:
         raise ValueError("grouped-query attention is not supported by model.Llama")
     act = hf["hidden_act"]
@@ -199,7 +225,8 @@ def _config_from_hf(hf: dict) -> ModelConfig:
         mlp_hidden=hf["intermediate_size"],
         activation=activation,
         activation_kwargs=kwargs,
-        rope_theta=float(rope["rope_theta"]),
+        rope_theta=theta,
+        rope_scaling_factor=factor,
         norm_eps=hf["rms_norm_eps"],
         tie_embeddings=hf.get("tie_word_embeddings", False),
         qk_norm=model_type == "apertus",

@@ -25,14 +25,18 @@ class RMSNorm(nn.Module):
         return (normed * self.weight.float()).to(x.dtype)
 
 
-def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[Tensor, Tensor]:
+def rope_tables(
+    head_dim: int, max_seq_len: int, theta: float, linear_factor: float = 1.0
+) -> tuple[Tensor, Tensor]:
     """cos and sin of shape [max_seq_len, head_dim], in the half-split layout.
 
     Frequencies theta^(-2i/d) for i < d/2, repeated for both halves, as Hugging Face's Llama
-    lays them out, so that exported q/k weights need no permutation.
+    lays them out, so that exported q/k weights need no permutation. ``linear_factor``:
+    position interpolation, every position divided by it (transformers' ``linear`` type).
     """
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)
+    positions = torch.arange(max_seq_len, dtype=torch.float64) / linear_factor
+    angles = torch.outer(positions, inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos().float(), angles.sin().float()
 

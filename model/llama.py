@@ -34,7 +34,9 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
+        cos, sin = rope_tables(
+            config.head_dim, config.max_seq_len, config.rope_theta, config.rope_scaling_factor
+        )
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         # the loss's softmax through torch.compile (``model.loss``): see ``compile_blocks``

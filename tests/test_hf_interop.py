@@ -144,6 +144,38 @@ def test_gated_mlp_with_qk_norm_is_refused(tmp_path):
         export_hf(random_model("swiglu", qk_norm=True), tmp_path)
 
 
+def test_a_transformers_4_config_with_linear_rope_scaling_imports_with_transformers_logits(
+    tmp_path,
+):
+    """4.x wrote ``rope_theta`` beside ``rope_scaling: {"type": "linear", "factor": f}``;
+    read as plain RoPE, every position past 0 would be rotated by the wrong angle."""
+    model = random_model("swiglu", rope_theta=10000.0, rope_scaling_factor=2.0)
+    export_hf(model, tmp_path)
+    (tmp_path / SIDECAR).unlink()
+    config_file = tmp_path / "config.json"
+    config = json.loads(config_file.read_text())
+    assert config["rope_parameters"]["rope_type"] == "linear"  # as transformers 5 writes it
+    del config["rope_parameters"]
+    config |= {"rope_theta": 10000.0, "rope_scaling": {"type": "linear", "factor": 2.0}}
+    config_file.write_text(json.dumps(config))
+    back = import_hf(tmp_path).eval()
+    assert (back.config.rope_theta, back.config.rope_scaling_factor) == (10000.0, 2.0)
+    hf = load_hf(tmp_path)
+    tokens = torch.randint(0, VOCAB, (2, 100))
+    plain = random_model("swiglu", rope_theta=10000.0)
+    with torch.no_grad():
+        torch.testing.assert_close(hf(tokens).logits, back(tokens), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(back(tokens), model(tokens), rtol=0, atol=0)
+        assert not torch.allclose(plain(tokens), model(tokens), atol=1e-3)  # it matters
+    for legacy in ({"type": "dynamic", "factor": 2.0}, {"rope_type": "yarn", "factor": 4.0}):
+        config["rope_scaling"] = legacy
+        config_file.write_text(json.dumps(config))
+        with pytest.raises(
+            ValueError, match=r"config\.json rope_scaling: RoPE scaling '(dynamic|yarn)'"
+        ):
+            import_hf(tmp_path)
+
+
 def test_import_refuses_rope_scaling_and_gqa(tmp_path):
     export_hf(random_model("relu2"), tmp_path)
     (tmp_path / SIDECAR).unlink()

@@ -172,3 +172,76 @@ def test_a_nan_input_gives_nan_output_and_slope_and_nothing_else(kind):
     nan = torch.tensor([False, True, False, False, False], device=DEVICE)
     assert torch.equal(y.isnan(), nan) and torch.equal(dx.isnan(), nan)
     assert dan.isnan().all()  # the NaN element is on the negative side of the comparison
+
+
+def _layouts():
+    """Dense inputs in other memory orders, and one with gaps (a slice)."""
+    base = _tensor((2, 6, 5, 7), torch.float32, seed=31)
+    return {
+        "transposed": base[0].transpose(0, 2),
+        "permuted": base.permute(0, 2, 3, 1),
+        "channels_last": base.contiguous(memory_format=torch.channels_last),
+        "sliced": base[:, ::2],
+    }
+
+
+@pytest.mark.parametrize("layout", ["transposed", "permuted", "channels_last", "sliced"])
+@pytest.mark.parametrize("kind", ["xielu", "xiprelu"])
+def test_the_kernels_outputs_have_the_strides_the_fake_implementation_promises(kind, layout):
+    """``torch.compile`` plans memory from the fake kernel (``empty_like(x)``): a real kernel
+    returning another layout fails its stride assertion. opcheck compares the two."""
+    from xielu.fused import ops
+
+    x = _layouts()[layout].requires_grad_(True)
+    op = ops._xielu_op if kind == "xielu" else ops._xiprelu_op
+    alpha_p = torch.tensor([0.73], device=DEVICE, requires_grad=True)
+    alpha_n = torch.tensor([1.21], device=DEVICE, requires_grad=True)
+    args = (x, alpha_p, alpha_n, 0.5, EPS if kind == "xielu" else 0.0, "triton")
+    torch.library.opcheck(op, args, test_utils=("test_faketensor", "test_autograd_registration"))
+    y = op(*args)
+    assert y.stride() == torch.empty_like(x).stride()
+    ry, rdx, _, _ = _reference(kind, x, torch.ones_like(x), alpha_p, alpha_n)
+    torch.testing.assert_close(y.detach().cpu().double(), ry, rtol=2e-6, atol=1e-6)
+    grad = _tensor(x.shape, torch.float32, seed=32)  # contiguous, unlike x
+    dx, _, _ = triton_kernels.backward(grad, x.detach(), alpha_p, alpha_n, 0.5, EPS, kind)
+    assert dx.stride() == torch.empty_like(x).stride()
+    _, rdx, _, _ = _reference(kind, x, grad, alpha_p, alpha_n)
+    torch.testing.assert_close(dx.cpu().double(), rdx, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_compiled_channels_last_convolution_feeds_the_triton_activation():
+    from xielu import XIELU
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3).to(DEVICE).to(memory_format=torch.channels_last)
+    model = torch.nn.Sequential(conv, XIELU(backend="triton").to(DEVICE))
+    reference = torch.nn.Sequential(conv, XIELU(backend="eager", fused=False).to(DEVICE))
+    x = torch.randn(2, 3, 9, 9, device=DEVICE).contiguous(memory_format=torch.channels_last)
+    compiled = torch.compile(model)
+    torch.testing.assert_close(compiled(x), reference(x), rtol=2e-6, atol=1e-6)
+    transposed = torch.compile(lambda t: model[1](t.transpose(1, 3)))
+    torch.testing.assert_close(transposed(x), reference[1](x.transpose(1, 3)), rtol=2e-6, atol=1e-6)
+
+
+def test_float64_never_reaches_the_fp32_triton_kernels(monkeypatch):
+    """On CUDA, auto picks Triton for every other dtype; float64 would come back computed in
+    fp32 (about 1e-7 off), so it takes the torch formulas, and asking for Triton is an error."""
+    from xielu.fused import ops
+
+    monkeypatch.delenv("XIELU_BACKEND", raising=False)
+    cuda = torch.device("cuda")
+    assert ops.resolve_backend("auto", cuda, torch.float32) == "triton"
+    assert ops.resolve_backend("auto", cuda, torch.bfloat16) == "triton"
+    assert ops.resolve_backend("auto", cuda, torch.float64) == "eager"
+    with pytest.raises(ValueError, match="computes in fp32; float64 input needs"):
+        ops.resolve_backend("triton", cuda, torch.float64)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA routing needs a GPU")
+def test_gradcheck_passes_on_cuda_with_the_default_backend():
+    from xielu import XIELU
+
+    module = XIELU().to("cuda").double()
+    x = torch.randn(64, device="cuda", dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(module, (x,))

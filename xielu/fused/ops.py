@@ -51,17 +51,30 @@ TRITON_AVAILABLE = _probe_triton()
 CPP_COMPILER_AVAILABLE = _probe_cpp_compiler()
 
 
-def resolve_backend(backend: str, device: torch.device) -> str:
-    """The concrete kernel set for a tensor on ``device``; validates the name."""
+def resolve_backend(
+    backend: str, device: torch.device, dtype: torch.dtype = torch.float32
+) -> str:
+    """The concrete kernel set for a tensor on ``device`` of ``dtype``; validates the name.
+
+    The Triton kernels compute in fp32, so float64 goes to the torch formulas, which keep it
+    (``gradcheck`` needs it), and asking for Triton with float64 is an error rather than a
+    silent fp32 result.
+    """
     requested = os.environ.get("XIELU_BACKEND", backend) if backend == "auto" else backend
     if requested not in BACKENDS:
         raise ValueError(f"xielu backend {requested!r} is not known; choose one of: {BACKENDS}")
+    if requested == "triton" and dtype == torch.float64:
+        raise ValueError(
+            "xielu backend 'triton' computes in fp32; float64 input needs backend='eager' or "
+            "'auto' (which picks a float64 kernel)"
+        )
     if requested != "auto":
         if requested == "triton" and not TRITON_AVAILABLE:
             raise RuntimeError("backend 'triton' was requested but triton is not installed")
         return requested
     if device.type == "cuda" and TRITON_AVAILABLE:
-        return "triton"
+        # float64 is the checking path (gradcheck), not a fast one: the formulas op by op
+        return "eager" if dtype == torch.float64 else "triton"
     if device.type == "cpu" and CPP_COMPILER_AVAILABLE and not _compile_failed:
         return "compiled"
     return "eager"
@@ -196,7 +209,7 @@ def xielu(
     backend: Backend = "auto",
 ) -> Tensor:
     """Fused xIELU (paper eq. 8) with *effective* alphas (alpha_n already includes beta)."""
-    chosen = resolve_backend(backend, x.device)
+    chosen = resolve_backend(backend, x.device, x.dtype)
     return _xielu_op(
         x, _as_alpha(alpha_p, x), _as_alpha(alpha_n, x), float(beta), float(eps), chosen
     )
@@ -210,5 +223,5 @@ def xiprelu(
     backend: Backend = "auto",
 ) -> Tensor:
     """Fused xIPReLU (paper eq. 18) with *effective* alphas."""
-    chosen = resolve_backend(backend, x.device)
+    chosen = resolve_backend(backend, x.device, x.dtype)
     return _xiprelu_op(x, _as_alpha(alpha_p, x), _as_alpha(alpha_n, x), float(beta), 0.0, chosen)

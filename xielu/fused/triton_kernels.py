@@ -185,6 +185,18 @@ def _sum_partials_kernel(
     tl.store(d_alpha_n_ptr, tl.sum(sum_n, axis=0).to(d_alpha_n_ptr.dtype.element_ty))
 
 
+def same_layout_input(x: Tensor) -> Tensor:
+    """``x`` as the kernels index it: a flat buffer, element i of the output at memory offset i
+    of the input. A dense input (contiguous, transposed, channels-last, any permutation) is
+    used as it is, and ``empty_like`` gives the output the same strides, which are also the
+    ones the op's fake implementation (``empty_like(x)``) promises under ``torch.compile``;
+    an input with gaps (a slice) is copied to a contiguous one, and ``empty_like`` of it is
+    contiguous too, as ``empty_like`` of the sliced input is."""
+    if torch.empty_like(x).stride() == x.stride():
+        return x
+    return x.contiguous()
+
+
 def forward(
     x: Tensor,
     alpha_p: Tensor,
@@ -194,9 +206,8 @@ def forward(
     kind: str,
     config: KernelConfig | None = None,
 ) -> Tensor:
-    # Kernels index a flat, contiguous buffer; a strided input is copied once here.
-    x = x.contiguous()
-    y = torch.empty_like(x)
+    x = same_layout_input(x)
+    y = torch.empty_like(x)  # the layout the op's fake implementation promises
     n = x.numel()
     config = config or config_for(x.dtype)
     if n:
@@ -226,9 +237,10 @@ def backward(
     config: KernelConfig | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """dx and the two alpha gradients (separate tensors: a custom op may not return views)."""
-    x = x.contiguous()
-    grad = grad.contiguous()
+    x = same_layout_input(x)
     dx = torch.empty_like(x)
+    if grad.stride() != x.stride():  # the kernel reads grad and x at the same memory offsets
+        grad = torch.empty_like(x).copy_(grad)
     n = x.numel()
     # written by the reduction kernel below (no fill launched), or zero for an empty input
     new_gradient = torch.empty if n else torch.zeros
