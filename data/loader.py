@@ -4,6 +4,7 @@ from its state. Its resume from a checkpoint: ``data.restore``; the held-out sli
 
 from __future__ import annotations
 
+import signal
 import warnings
 from collections import Counter
 
@@ -23,6 +24,19 @@ COUNTERS = (
 )
 
 
+# What the trainer's main process turns into a checkpoint (training/preemption.py). SLURM sends
+# them to every process of the step; a worker that died of one (PyTorch's worker kills itself
+# on a SIGTERM its parent did not send) would stop the main process mid-step, checkpoint lost.
+WORKER_IGNORED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """Every DataLoader worker's start: leave the stop signals to the main process, which
+    ends the workers itself once it has checkpointed."""
+    for sig in WORKER_IGNORED_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def build_loader(config: DataConfig, batch_size: int, rank: int = 0, world_size: int = 1):
     """A ``StatefulDataLoader``: ``state_dict()`` / ``load_state_dict()`` resume exactly.
 
@@ -39,6 +53,7 @@ def build_loader(config: DataConfig, batch_size: int, rank: int = 0, world_size:
         batch_size=batch_size,
         num_workers=config.num_workers,
         persistent_workers=config.num_workers > 0,
+        worker_init_fn=ignore_stop_signals,
         snapshot_every_n_steps=1,
     )
 

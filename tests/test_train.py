@@ -2,7 +2,6 @@
 
 import json
 import math
-import os
 import re
 import signal
 
@@ -109,33 +108,6 @@ def test_crash_while_saving_leaves_the_previous_checkpoint(corpus, reference, tm
     code, output = run(overrides)
     assert code == 0 and "step_000004 at step 4" in output, output
     assert losses(tmp_path) == expected
-
-
-@pytest.mark.slow
-def test_sigusr1_checkpoints_and_requeues_under_slurm(corpus, tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log = tmp_path / "scontrol.log"
-    scontrol = bin_dir / "scontrol"
-    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
-    scontrol.chmod(0o755)
-    run_dir = tmp_path / "run"
-    overrides = tiny_overrides(
-        corpus,
-        run_dir,
-        **{
-            "trainer.steps": 100000,
-            "trainer.checkpoint_every": 0,
-            "trainer.eval_every": 0,
-            "trainer.debug_signal": "SIGUSR1@3",  # as SLURM's --signal=USR1@N would, at step 3
-        },
-    )
-    env = {"SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    code, output = run(overrides, env=env, timeout=120)
-    assert code == 75, output
-    (checkpoint,) = (run_dir / "checkpoints").iterdir()
-    assert checkpoint.name == "step_000003" and max(losses(run_dir)) == 3
-    assert log.read_text().split() == ["requeue", "4242"]
 
 
 def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path, caplog):

@@ -76,6 +76,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model.bare, config.optim, self.env.device)
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
         self.step, self.tokens, self.skipped, self.bad_in_a_row = 0, 0, 0, 0
+        self.missed_eval = False
         s = config.schedule  # validated at the end of the stable phase, whatever eval_every is
         self.stable_end = t.steps - s.decay_steps if s.name == "wsd" and s.decay_steps else None
         self.preemption = Preemption()
@@ -104,6 +105,9 @@ class Trainer:
             self._announce()
         self.preemption.install()
         data = iter(self.loader)
+        if self.missed_eval:  # stopped at an eval step before evaluating: do it now
+            self._evaluate()
+            self.missed_eval = False
         if self.step == 0:
             self._diagnose()  # the regime at initialisation
         exit_code = 0
@@ -121,20 +125,40 @@ class Trainer:
                     self._diagnose()
                 self._debug_signal()
                 # a preemption signal goes straight to the checkpoint: the grace period is short
-                preempted = distributed.any_rank(self.preemption.requested is not None, env.device)
+                # (0: none, 1: stop, 2: stop and requeue, the highest over the ranks)
+                wish = (
+                    2
+                    if self.preemption.wants_requeue
+                    else int(self.preemption.requested is not None)
+                )
+                wish = int(distributed.all_reduce_max([float(wish)], env.device)[0])
+                preempted = wish > 0
                 if preempted and env.is_main:
-                    log.warning("preemption signal %s received", self.preemption.requested)
+                    log.warning(
+                        "signal %s received", self.preemption.requested or "on another rank"
+                    )
                 evaluate = t.eval_every and (
                     self._should(t.eval_every) or self.step in (self.stable_end, t.steps)
                 )
                 if evaluate and not preempted:
                     self._evaluate()
+                # a stop signal at an eval step: the resumed run evaluates this step first
+                self.missed_eval = bool(evaluate and preempted)
                 if self._should(t.checkpoint_every) or self.step == t.steps or preempted:
                     self._save()
                 if preempted:
                     self.writer.wait()  # on disk and published before the job goes away
-                    log.warning("stopping at step %d to be resumed", self.step)
-                    exit_code = requeue_or_exit_code() if env.is_main else EXIT_PREEMPTED
+                    exit_code = EXIT_PREEMPTED
+                    if wish == 2 and env.is_main:
+                        log.warning("stopping at step %d; requeueing the job", self.step)
+                        exit_code = requeue_or_exit_code()
+                    elif env.is_main:
+                        log.warning(
+                            "stopping at step %d, checkpointed, not requeued (SIGTERM: scancel "
+                            "or the scheduler, which requeues by itself if it preempted); rerun "
+                            "the same command to resume",
+                            self.step,
+                        )
                     break
                 self.writer.poll()
             self.writer.wait()
@@ -277,6 +301,7 @@ class Trainer:
             "tokens": self.tokens,
             "skipped": self.skipped,
             "bad_in_a_row": self.bad_in_a_row,
+            "missed_eval": self.missed_eval,
         }
 
     def _save(self) -> None:
@@ -305,6 +330,7 @@ class Trainer:
         restore_loader(self.loader, every_rank_data)  # data decides: as saved, or re-partitioned
         self.step, self.tokens = state["step"], state["tokens"]
         self.skipped, self.bad_in_a_row = state["skipped"], state["bad_in_a_row"]
+        self.missed_eval = state.get("missed_eval", False)
         if self.env.is_main:
             log.info("resumed from %s at step %d", path, self.step)
 

@@ -1,10 +1,19 @@
-"""SLURM preemption: a signal asks for a checkpoint at the next step boundary, then a requeue.
+"""Signals that stop a run: each one gets a checkpoint at the next step boundary; what follows
+depends on what the signal means under SLURM.
 
-``#SBATCH --signal=USR1@120`` makes SLURM send SIGUSR1 two minutes before the time limit;
-SIGTERM arrives on preemption or ``scancel``. The handler only sets a flag: the step in
-flight finishes, every rank agrees (a rank may get the signal later than another), the
-trainer writes a checkpoint, and then the job requeues itself under SLURM or exits with
-``EXIT_PREEMPTED`` so a wrapper script can tell "stopped to be resumed" from success or failure.
+- **SIGUSR1** (``#SBATCH --signal=USR1@120``: the time limit is 2 minutes away) and **SIGUSR2**
+  (what submitit sends before its time limit): checkpoint, ``scontrol requeue`` the job, exit
+  ``EXIT_PREEMPTED``. The job comes back and resumes.
+- **SIGTERM** (``scancel``; the scheduler preempting the job; the time limit reached without
+  a warning signal): checkpoint, exit ``EXIT_PREEMPTED``, and *no* requeue. After ``scancel``
+  a person wants the job gone; a preemption with ``PreemptMode=REQUEUE`` is requeued by SLURM
+  itself. Resuming by hand is rerunning the same command.
+
+The handler only sets a flag: the step in flight finishes, every rank agrees (a rank may get
+the signal later than another, and the requeue wins if any rank got a requeue signal), the
+trainer writes a checkpoint, and exits. DataLoader workers ignore these signals
+(``data.loader``), so a signal sent to every process of the step (as slurmstepd does) reaches
+the main process's flag instead of killing a worker mid-step.
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ import subprocess
 log = logging.getLogger(__name__)
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: try again later
+REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+STOP_SIGNALS = (signal.SIGTERM,)
 
 
 class Preemption:
@@ -27,8 +38,12 @@ class Preemption:
     def install(self) -> None:
         # USR2: what the submitit launcher asks for before a time limit; we checkpoint and
         # requeue ourselves instead of its pickling mechanism
-        for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
+        for sig in (*REQUEUE_SIGNALS, *STOP_SIGNALS):
             self._previous[sig] = signal.signal(sig, self._handle)
+
+    @property
+    def wants_requeue(self) -> bool:
+        return self.requested in REQUEUE_SIGNALS
 
     def uninstall(self) -> None:
         for sig, handler in self._previous.items():
@@ -36,8 +51,10 @@ class Preemption:
         self._previous.clear()
 
     def _handle(self, signum, frame) -> None:
-        # only set the flag: logging here could re-enter a stream the main thread is writing
-        self.requested = signum
+        # only set the flag: logging here could re-enter a stream the main thread is writing;
+        # a requeue signal is not overridden by a SIGTERM that follows it
+        if self.requested not in REQUEUE_SIGNALS:
+            self.requested = signum
 
 
 def requeue_or_exit_code() -> int:

@@ -1,0 +1,98 @@
+"""What each stop signal means under SLURM, with DataLoader workers running (README's fault table).
+
+SIGUSR1/SIGUSR2: checkpoint, ``scontrol requeue``, exit 75. SIGTERM: checkpoint, exit 75, no
+requeue (scancel; a scheduler preemption requeues by itself). A fake ``scontrol`` on PATH
+records what it was asked.
+"""
+
+import os
+import signal
+
+import pytest
+
+from train_helpers import launch, losses, metrics, run, tiny_overrides
+
+pytestmark = pytest.mark.slow
+
+REQUEUED = 75
+
+
+@pytest.fixture
+def slurm(tmp_path):
+    """SLURM's job id, and a fake scontrol whose calls land in the returned log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "scontrol.log"
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    scontrol.chmod(0o755)
+    env = {"SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return env, log
+
+
+@pytest.mark.parametrize("sig", ["SIGUSR1", "SIGUSR2", "SIGTERM"])
+def test_each_signal_checkpoints_and_requeues_only_when_it_asks_for_it(
+    corpus, tmp_path, slurm, sig
+):
+    env, log = slurm
+    run_dir = tmp_path / "run"
+    overrides = tiny_overrides(
+        corpus,
+        run_dir,
+        **{
+            "trainer.steps": 100000,
+            "trainer.checkpoint_every": 0,
+            "trainer.eval_every": 0,
+            "trainer.debug_signal": f"{sig}@3",
+        },
+    )
+    code, output = run(overrides, env=env, timeout=120)
+    assert code == REQUEUED, output
+    (checkpoint,) = (run_dir / "checkpoints").iterdir()
+    assert checkpoint.name == "step_000003" and max(losses(run_dir)) == 3
+    if sig == "SIGTERM":
+        assert not log.exists() and "not requeued" in output
+    else:
+        assert log.read_text().split() == ["requeue", "4242"]
+
+
+def test_sigterm_to_the_whole_step_with_workers_checkpoints_and_the_rerun_repeats_the_losses(
+    corpus, tmp_path, slurm
+):
+    """slurmstepd signals every process of the step, DataLoader workers included. A worker that
+    died of it stopped the main process mid-step ("DataLoader worker ... killed by signal"):
+    exit 1, no checkpoint."""
+    env, log = slurm
+    workers = {"data.num_workers": 1, "trainer.steps": 40, "schedule.decay_steps": 5}
+    reference_dir = tmp_path / "reference"
+    code, output = run(tiny_overrides(corpus, reference_dir, **workers), env=env)
+    assert code == 0, output
+    run_dir = tmp_path / "run"
+    overrides = tiny_overrides(corpus, run_dir, **workers, **{"trainer.checkpoint_every": 0})
+    process = launch(overrides, env=env)
+    seen = []
+    for line in process.stdout:  # signal once step 3 is logged, as a scheduler would at any time
+        seen.append(line)
+        if line.startswith("step      3 |"):
+            os.killpg(process.pid, signal.SIGTERM)
+            break
+    output = "".join(seen) + process.communicate(timeout=120)[0]
+    assert process.returncode == REQUEUED, output
+    assert "killed by signal" not in output
+    (checkpoint,) = (run_dir / "checkpoints").iterdir()
+    assert 3 <= int(checkpoint.name.removeprefix("step_")) < 40
+    assert not log.exists()  # SIGTERM does not requeue
+    code, output = run(overrides, env=env)
+    assert code == 0, output
+    assert losses(run_dir) == losses(reference_dir)
+
+
+def test_a_stop_at_an_evaluation_step_evaluates_that_step_on_resume(corpus, tmp_path, slurm):
+    env, _ = slurm
+    overrides = tiny_overrides(corpus, tmp_path)  # 12 steps, eval every 6, stable end at 8
+    code, output = run([*overrides, "trainer.debug_signal=SIGTERM@6"], env=env)
+    assert code == REQUEUED, output
+    assert not [m for m in metrics(tmp_path) if "val/loss" in m]  # stopped before evaluating
+    code, output = run(overrides, env=env)
+    assert code == 0, output
+    assert sorted(m["step"] for m in metrics(tmp_path) if "val/loss" in m) == [6, 8, 12]
