@@ -152,16 +152,20 @@ class TrainingModel:
         )
 
     def activation_scalars(self) -> list[dict[str, float]]:
-        """Per-layer activation scalars; under FSDP2 each block is gathered to read them."""
+        """Per-layer activation scalars; under FSDP2 each activation is gathered to read them
+        (in fp32: ``apply_fsdp`` keeps them so, the values the optimizer holds)."""
         if not self.fsdp:
             return self.bare.activation_scalars()
-        for block in self.bare.layers:
-            block.unshard()
+        from torch.distributed.fsdp import FSDPModule
+
+        sharded = [m for m in self.bare.layers.modules() if isinstance(m, FSDPModule)]
+        for module in sharded:
+            module.unshard()
         try:
             return self.bare.activation_scalars()
         finally:
-            for block in self.bare.layers:
-                block.reshard()
+            for module in sharded:
+                module.reshard()
 
 
 def parallelize(model: nn.Module, env: Env, plan: ParallelPlan) -> TrainingModel:
@@ -205,10 +209,30 @@ def apply_fsdp(model: nn.Module, plan: ParallelPlan) -> None:
         if plan.bf16
         else MixedPrecisionPolicy()
     )
+    # The activation's scalars (alphas, a trainable beta) and the norms' weights are sharded on
+    # their own and gathered in fp32, as DDP under autocast uses them: gathered in bf16 with the
+    # block, softplus would run on bf16-rounded raw alphas (0.80095 and 0.80045 both 0.80078).
+    fp32 = MixedPrecisionPolicy(reduce_dtype=torch.float32, cast_forward_inputs=False)
+    reshard = plan.fsdp_reshard_after_forward
     for block in model.layers:
-        fully_shard(block, mp_policy=blocks, reshard_after_forward=plan.fsdp_reshard_after_forward)
+        if plan.bf16:
+            for module in fp32_in_bf16_blocks(block):
+                fully_shard(module, mp_policy=fp32, reshard_after_forward=reshard)
+        fully_shard(block, mp_policy=blocks, reshard_after_forward=reshard)
     # the root (embedding, final norm, head) is needed again at once by backward: keep it
     fully_shard(model, mp_policy=MixedPrecisionPolicy(), reshard_after_forward=False)
+
+
+def fp32_in_bf16_blocks(block: nn.Module) -> list[nn.Module]:
+    """The submodules of a block whose parameters stay fp32 under bf16 FSDP2: the norms and
+    an activation that has trainable scalars."""
+    from model.layers import RMSNorm
+
+    keep = [m for m in block.modules() if isinstance(m, RMSNorm)]
+    act = getattr(getattr(block, "mlp", None), "act_fn", None)
+    if act is not None and any(True for _ in act.parameters()):
+        keep.append(act)
+    return keep
 
 
 # ops whose outputs selective checkpointing keeps: the FLOPs; everything else is recomputed
