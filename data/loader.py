@@ -4,6 +4,8 @@ from its state. Its resume from a checkpoint: ``data.restore``; the held-out sli
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing
 import signal
 import warnings
 from collections import Counter
@@ -37,6 +39,19 @@ def ignore_stop_signals(worker_id: int) -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+def _kill_workers_left_at_exit() -> None:
+    """Workers ignore SIGTERM, so multiprocessing's own exit hook, which sends SIGTERM to its
+    children and then joins them, would wait for ever on a worker the loader did not shut
+    down (the main process leaving through an error, e.g. a peer rank that died): kill them
+    first. Registered after multiprocessing's hook, so it runs before it."""
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(timeout=10)
+
+
+_exit_hook_registered = False
+
+
 def build_loader(config: DataConfig, batch_size: int, rank: int = 0, world_size: int = 1):
     """A ``StatefulDataLoader``: ``state_dict()`` / ``load_state_dict()`` resume exactly.
 
@@ -44,6 +59,11 @@ def build_loader(config: DataConfig, batch_size: int, rank: int = 0, world_size:
     worker's position and which worker's batch comes next.
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
+
+    global _exit_hook_registered
+    if config.num_workers and not _exit_hook_registered:
+        atexit.register(_kill_workers_left_at_exit)
+        _exit_hook_registered = True
 
     # torchdata calls a torch API that torch has deprecated; nothing for a user to act on
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)

@@ -58,6 +58,8 @@ def test_slurm_tasks_become_torch_distributed_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     env = {
         "SLURM_NTASKS": "8",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NUM_TASKS": "8",
         "SLURM_PROCID": "5",
         "SLURM_LOCALID": "1",
         "SLURM_JOB_NODELIST": "nid[001-002]",
@@ -66,9 +68,13 @@ def test_slurm_tasks_become_torch_distributed_ranks(tmp_path, monkeypatch):
     adopt_slurm_tasks(env)
     assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("5", "8", "1")
     assert env["MASTER_ADDR"] == "nid001" and env["MASTER_PORT"] == "23456"
-    torchrun = {"RANK": "0", "SLURM_NTASKS": "8", "SLURM_PROCID": "3"}
+    torchrun = {"RANK": "0", "SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "3"}
     adopt_slurm_tasks(torchrun)  # torchrun's own variables win
     assert torchrun["RANK"] == "0" and "WORLD_SIZE" not in torchrun
+    # the batch script (or an salloc shell) of an 8-task job: no srun step, one process
+    batch = {"SLURM_NTASKS": "8", "SLURM_PROCID": "0", "SLURM_JOB_ID": "123456"}
+    adopt_slurm_tasks(batch)
+    assert "RANK" not in batch and "WORLD_SIZE" not in batch
 
 
 @pytest.mark.slow

@@ -33,11 +33,17 @@ class Env:
 
 def adopt_slurm_tasks(env: dict) -> None:
     """Fill torchrun's variables from SLURM's when the processes were started by ``srun`` (or
-    by the submitit launcher) with one task per GPU instead of by torchrun."""
-    if "RANK" in env or int(env.get("SLURM_NTASKS", "1")) <= 1:
+    by the submitit launcher) with one task per GPU instead of by torchrun.
+
+    Only inside an ``srun`` step of several tasks (``SLURM_STEP_NUM_TASKS`` > 1, which srun
+    sets for the step's tasks and sbatch does not set for the batch script): the batch script
+    itself, or an ``salloc`` shell, sees the job's ``SLURM_NTASKS`` too, and a plain
+    ``python train.py`` there would become rank 0 of N, waiting for peers that never come.
+    """
+    if "RANK" in env or int(env.get("SLURM_STEP_NUM_TASKS", "1")) <= 1:
         return
     env["RANK"] = env["SLURM_PROCID"]
-    env["WORLD_SIZE"] = env["SLURM_NTASKS"]
+    env["WORLD_SIZE"] = env["SLURM_STEP_NUM_TASKS"]
     env["LOCAL_RANK"] = env.get("SLURM_LOCALID", "0")
     if "MASTER_ADDR" not in env:
         import subprocess
@@ -64,11 +70,20 @@ def init(timeout_s: float | None = None) -> Env:
     else:
         device = torch.device("cpu")
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(
-            "nccl" if device.type == "cuda" else "gloo",
-            device_id=device if device.type == "cuda" else None,
-            timeout=timedelta(seconds=timeout_s) if timeout_s else None,
-        )
+        try:
+            dist.init_process_group(
+                "nccl" if device.type == "cuda" else "gloo",
+                device_id=device if device.type == "cuda" else None,
+                timeout=timedelta(seconds=timeout_s) if timeout_s else None,
+            )
+        except (RuntimeError, dist.DistError) as error:
+            where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+            raise RuntimeError(
+                f"rank {rank} of {world}: the process group at {where} did not form ({error}). "
+                "Were all the ranks started? Under SLURM, ranks come from one srun step "
+                "(srun -n N, or torchrun per node as slurm/train.sbatch does); a plain "
+                "`python train.py` runs a single process."
+            ) from error
     return Env(rank, world, local, device)
 
 
