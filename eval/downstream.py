@@ -87,7 +87,8 @@ def evaluate(
     from training.checkpoint import load_trained_model
 
     model, config, _ = load_trained_model(run_dir, step, device)
-    lm = ProjectLM(model, load_tokenizer(config.data.tokenizer), batch_size, device)
+    tokenizer = load_tokenizer(config.data.tokenizer)
+    lm = ProjectLM(model, tokenizer, batch_size, device, add_bos=config.data.tokenizer.add_bos)
     manager = TaskManager(include_path=include_path) if include_path else TaskManager()
     output = simple_evaluate(
         model=lm, tasks=tasks, task_manager=manager, limit=limit, log_samples=False

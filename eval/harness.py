@@ -2,9 +2,11 @@
 
 Implements lm-eval's three request types on ``model.Llama`` with the run's tokenizer:
 ``loglikelihood`` (multiple choice), ``loglikelihood_rolling`` (perplexity tasks) and greedy
-``generate_until`` (GSM8K, TriviaQA). A context is preceded by EOS, the token every training
-document follows, and is truncated from the left to the model's length (for generation: to the
-length that leaves room for ``max_gen_toks``, as lm-eval's own Hugging Face model does).
+``generate_until`` (GSM8K, TriviaQA). A context is preceded by what precedes every training
+document: EOS (the end of the one before), then BOS when the run packed with
+``data.tokenizer.add_bos`` (``data.tokenizers.encode_document``). It is truncated from the
+left to the model's length (for generation: to the length that leaves room for
+``max_gen_toks``, as lm-eval's own Hugging Face model does).
 Generation decodes ``batch_size`` requests together with a KV cache (``model/sampling.py``).
 """
 
@@ -20,8 +22,17 @@ from model.sampling import GREEDY, generate
 
 
 class ProjectLM(LM):
-    def __init__(self, model: Llama, tokenizer, batch_size: int = 8, device: str = "cpu"):
+    def __init__(
+        self,
+        model: Llama,
+        tokenizer,
+        batch_size: int = 8,
+        device: str = "cpu",
+        add_bos: bool = False,
+    ):
         super().__init__()
+        bos = [tokenizer.bos_id] if add_bos and tokenizer.bos_id is not None else []
+        self.prefix = [tokenizer.eos_id, *bos]
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.batch_size_per_call = batch_size
@@ -30,11 +41,7 @@ class ProjectLM(LM):
 
     # ---- helpers -------------------------------------------------------------------------
     def _context_ids(self, text: str) -> list[int]:
-        return (
-            [self.tokenizer.eos_id, *self.tokenizer.encode(text)]
-            if text
-            else [self.tokenizer.eos_id]
-        )
+        return [*self.prefix, *self.tokenizer.encode(text)] if text else list(self.prefix)
 
     @torch.no_grad()
     def _continuation_logprobs(
@@ -79,7 +86,7 @@ class ProjectLM(LM):
             total = 0.0
             for start in range(0, len(ids), self.max_length):
                 window = ids[start : start + self.max_length]
-                context = [self.tokenizer.eos_id, *ids[:start]]  # truncated on the left
+                context = [*self.prefix, *ids[:start]]  # truncated on the left
                 total += self._continuation_logprobs([(context, window)])[0][0]
             results.append(total)
         return results

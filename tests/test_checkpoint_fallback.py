@@ -4,6 +4,7 @@ Each test saves checkpoints at steps 2 and 4 of a tiny model, damages step 4 the
 person might, and resumes with ``checkpoint.load_latest`` (what the trainer's resume calls).
 """
 
+import importlib
 import json
 import logging
 import pickle
@@ -186,3 +187,55 @@ def test_evaluation_skips_a_damaged_newest_checkpoint_and_leaves_it_in_place(tmp
     with pytest.raises(pickle.UnpicklingError, match="refusing to unpickle"):
         load_trained_model(tmp_path, step=4)
     assert not (tmp_path / "marker").exists()
+
+
+def test_a_passing_io_error_is_retried_before_the_checkpoint_counts_as_damaged(
+    tmp_path, monkeypatch, caplog
+):
+    """An NFS/Lustre hiccup (EIO) while reading the newest checkpoint used to rename a good
+    checkpoint .corrupt and resume from the one before."""
+    import errno
+
+    loading = importlib.import_module("training.checkpoint.load")  # the package exports load()
+
+    save_steps_2_and_4(tmp_path)
+    monkeypatch.setattr(loading.time, "sleep", lambda s: None)
+    real, calls = loading.dcp_load, []
+
+    def flaky(state, path):
+        calls.append(path.name)
+        if len(calls) <= 2:  # the first two reads fail, the third succeeds
+            raise OSError(errno.EIO, "Input/output error", str(path / "__0_0.distcp"))
+        return real(state, path)
+
+    monkeypatch.setattr(loading, "dcp_load", flaky)
+    model, optimizer = tiny_model_and_optimizer()
+    with caplog.at_level(logging.WARNING, logger="training.checkpoint"):
+        path, trainer_state, _ = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    assert path.name == "step_000004" and trainer_state["step"] == 4
+    assert calls == ["step_000004"] * 3
+    assert names(tmp_path) == ["step_000002", "step_000004"]
+    assert "I/O error" in caplog.text and "trying again" in caplog.text
+
+
+def test_an_io_error_that_does_not_pass_falls_back_after_the_retries(tmp_path, monkeypatch):
+    import errno
+
+    loading = importlib.import_module("training.checkpoint.load")  # the package exports load()
+
+    save_steps_2_and_4(tmp_path)
+    monkeypatch.setattr(loading.time, "sleep", lambda s: None)
+    real, calls = loading.dcp_load, []
+
+    def broken_newest(state, path):
+        calls.append(path.name)
+        if path.name == "step_000004":
+            raise OSError(errno.EIO, "Input/output error")
+        return real(state, path)
+
+    monkeypatch.setattr(loading, "dcp_load", broken_newest)
+    model, optimizer = tiny_model_and_optimizer()
+    path, _, _ = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    assert path.name == "step_000002"
+    assert calls == ["step_000004"] * (1 + loading.IO_RETRIES) + ["step_000002"]
+    assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]

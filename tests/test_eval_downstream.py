@@ -3,6 +3,7 @@
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -296,3 +297,35 @@ def test_local_triviaqa_scores_a_correct_answer_with_its_leading_space_as_correc
 
     assert metric_value(out["results"], "local_triviaqa", "exact_match") == 1.0
     assert "exact_match,remove_whitespace" in out["results"]["local_triviaqa"]  # lm-eval's name
+
+
+@pytest.mark.parametrize("add_bos", [False, True])
+def test_a_context_is_preceded_by_what_precedes_a_packed_training_document(add_bos):
+    """Training with data.tokenizer.add_bos=true packs ``... EOS BOS text``; a context scored
+    after EOS alone is one the model never saw a document start with."""
+    from data.tokenizers import encode_document
+
+    tokenizer = load_tokenizer(TokenizerConfig("bytes"))
+    packed = np.concatenate(
+        [encode_document(tokenizer, t, add_bos) for t in ("first document", "ab")]
+    )
+    start = len(packed) - len(tokenizer.encode("ab")) - 1  # where "ab" begins, before its EOS
+    config = ModelConfig(vocab_size=384, dim=16, n_layers=1, n_heads=2, gated_hidden=32)
+    lm = ProjectLM(Llama(config), tokenizer, batch_size=2, add_bos=add_bos)
+    seen = []
+    forward = lm.model.forward
+    lm.model.forward = lambda tokens, *a, **k: (
+        seen.append(tokens.clone()) or forward(tokens, *a, **k)
+    )
+    lm.loglikelihood([request("ab", "c")])
+    lm.loglikelihood_rolling(
+        [
+            request(
+                "ab",
+            )
+        ]
+    )
+    before = packed[start - (2 if add_bos else 1) : start].tolist()  # EOS of the first, [BOS]
+    for tokens in seen:
+        assert tokens[0, : len(before)].tolist() == before
+        assert tokens[0, len(before)].item() == tokenizer.encode("ab")[0]  # then the text

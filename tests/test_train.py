@@ -30,6 +30,8 @@ def test_invalid_configs_stop_before_any_work_naming_the_key(corpus, tmp_path):
         ("trainer.parallelism=zero3", r"trainer\.parallelism='zero3' is not one of"),
         ("trainer.global_batch_tokens=100", r"trainer\.global_batch_tokens=100 is not a"),
         ("trainer.debug_signal=SIGNOPE@3", r"trainer\.debug_signal='SIGNOPE@3' is not SIGNAL@STEP"),
+        # 0 passed validation and then stopped the run after its first (healthy) step
+        ("trainer.max_bad_steps=0", r"trainer\.max_bad_steps must be positive, got 0"),
     ]:
         with pytest.raises(ValueError, match=message):
             run_in_process([*base, override])
@@ -108,6 +110,21 @@ def test_crash_while_saving_leaves_the_previous_checkpoint(corpus, reference, tm
     code, output = run(overrides)
     assert code == 0 and "step_000004 at step 4" in output, output
     assert losses(tmp_path) == expected
+
+
+@pytest.mark.slow
+def test_a_crashed_saves_tmp_directory_is_removed_when_the_run_starts_again(corpus, tmp_path):
+    """A .tmp whose step is not saved again (here: the rerun ends at step 6) held a whole
+    checkpoint's disk for ever."""
+    overrides = tiny_overrides(corpus, tmp_path)
+    code, output = run([*overrides, "trainer.debug_crash_in_checkpoint_at=8"])
+    assert code == 13, output
+    code, output = run([*overrides, "trainer.steps=6", "schedule.decay_steps=2"])
+    assert code == 0 and "removed" in output and "step_000008.tmp" in output, output
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "step_000004",
+        "step_000006",
+    ]
 
 
 def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path, caplog):

@@ -132,3 +132,27 @@ def test_fsdp2_bf16_keeps_and_logs_the_activation_scalars_in_fp32(corpus, tmp_pa
     assert step == 6
     master = alpha_scalars(model.activation_scalars())  # the checkpoint's fp32 parameters
     assert fsdp == pytest.approx(master, abs=1e-7)
+
+
+@pytest.mark.slow
+def test_the_summary_entropy_is_that_of_every_ranks_validation_share(corpus, tmp_path):
+    """The closing screen compares the loss with the unigram entropy of the validation text;
+    under 2 ranks it was rank 0's half of it."""
+    import re
+
+    from train_helpers import compose
+    from training.summary import unigram_entropy
+
+    overrides = tiny_overrides(
+        corpus, tmp_path, **{"trainer.steps": 6, "trainer.eval_batches": 0, "data.num_workers": 1}
+    )
+    code, output = run(overrides, torchrun=2, timeout=240)
+    assert code == 0, output[-3000:]
+    printed = float(re.search(r"vs (\d+\.\d+) for the unigram entropy", output).group(1))
+    from data import build_validation_loader
+
+    config, _ = compose(overrides)
+    shares = [list(build_validation_loader(config.data, 2, rank, 2)) for rank in (0, 1)]
+    whole, rank0 = unigram_entropy(shares[0] + shares[1]), unigram_entropy(shares[0])
+    assert round(whole, 3) != round(rank0, 3)  # the test can tell them apart
+    assert printed == pytest.approx(whole, abs=6e-4)

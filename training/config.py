@@ -221,7 +221,7 @@ BOUNDS = {
     "trainer.checkpoint_every": 0,
     "trainer.eval_every": 0,
     "trainer.eval_batches": 0,
-    "trainer.max_bad_steps": 0,
+    "trainer.max_bad_steps": 1,
     "trainer.collective_timeout_s": 1,
     "logging.diagnostics_every": 0,
     "schedule.warmup_steps": 0,

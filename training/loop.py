@@ -41,7 +41,7 @@ from training.preemption import (
 )
 from training.schedule import learning_rate
 from training.step import train_step
-from training.summary import run_summary
+from training.summary import entropy_of, run_summary, target_counts
 from training.validation import validation_loss
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,7 @@ class Trainer:
             (self.run_dir / "config.yaml").write_text(self.config_yaml)
             write_axes(self.run_dir, self.config)
         distributed.barrier()
+        checkpoint.remove_crashed_saves(self.run_dir, env)
         self._resume()
         if env.is_main:
             self.logger = MetricsLogger(
@@ -169,11 +170,20 @@ class Trainer:
             self.preemption.uninstall()
             if self.logger is not None:
                 self.logger.close()
-        if exit_code == 0 and env.is_main and self.step == t.steps:
-            summary = run_summary(
-                self.model.bare, self.tokenizer, self.validation_batches, self.run_dir, self.config
-            )
-            print("\n".join(summary), flush=True)  # the user's closing screen, not a log line
+        if exit_code == 0 and self.step == t.steps:
+            # the unigram entropy of the whole validation slice: every rank's share
+            counts = target_counts(self.validation_batches or [], self.model_config.vocab_size)
+            counts = torch.tensor(distributed.all_reduce_sum(counts.tolist(), env.device))
+            if env.is_main:
+                summary = run_summary(
+                    self.model.bare,
+                    self.tokenizer,
+                    self.validation_batches,
+                    self.run_dir,
+                    self.config,
+                    entropy=entropy_of(counts),
+                )
+                print("\n".join(summary), flush=True)  # the user's closing screen, not a log
         return exit_code
 
     # ----------------------------------------------------------------------------------------

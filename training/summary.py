@@ -27,15 +27,32 @@ SAMPLE_SAMPLING = SamplingConfig(temperature=0.5, top_k=20)
 SAMPLE_SEED = 0
 
 
-def unigram_entropy(batches: Iterable[dict]) -> float:
-    """H = -sum_t p(t) ln p(t), in nats per token, of the empirical distribution p of the
-    batches' targets (``IGNORE_INDEX`` excluded). ``nan`` when there are no targets."""
-    targets = [b["targets"][b["targets"] != IGNORE_INDEX].cpu() for b in batches]
-    if not targets or sum(t.numel() for t in targets) == 0:
+def target_counts(batches: Iterable[dict], vocab_size: int) -> torch.Tensor:
+    """How often each token id is a target in ``batches`` (``IGNORE_INDEX`` excluded), float64
+    [vocab_size]: a fixed shape, so every rank's counts can be summed."""
+    counts = torch.zeros(vocab_size, dtype=torch.float64)
+    for b in batches:
+        targets = b["targets"][b["targets"] != IGNORE_INDEX].cpu()
+        counts += torch.bincount(targets, minlength=vocab_size)[:vocab_size].double()
+    return counts
+
+
+def entropy_of(counts: torch.Tensor) -> float:
+    """H = -sum_t p(t) ln p(t), in nats, of the distribution the counts give; ``nan`` if none."""
+    total = counts.sum()
+    if total == 0:
         return math.nan
-    _, counts = torch.unique(torch.cat(targets), return_counts=True)
-    p = counts.double() / counts.sum()
+    p = counts[counts > 0].double() / total
     return float(-(p * p.log()).sum())
+
+
+def unigram_entropy(batches: Iterable[dict]) -> float:
+    """The entropy, in nats per token, of the empirical distribution of the batches' targets
+    (``IGNORE_INDEX`` excluded). ``nan`` when there are no targets."""
+    batches = list(batches)
+    targets = [b["targets"][b["targets"] != IGNORE_INDEX] for b in batches]
+    vocab = 1 + max((int(t.max()) for t in targets if t.numel()), default=-1)
+    return entropy_of(target_counts(batches, vocab)) if vocab else math.nan
 
 
 def last_validation_loss(run_dir: str | Path) -> float | None:
@@ -126,15 +143,18 @@ def run_summary(
     config: ExperimentConfig,
     val_loss: float | None = None,
     max_new_tokens: int = 100,
+    entropy: float | None = None,
 ) -> list[str]:
     """The closing lines of a run (rank 0 only: no collectives).
 
     ``model`` is the bare ``Llama``; ``val_loss`` defaults to the newest one in the run's
-    ``metrics.jsonl``; the entropy is that of ``validation_batches``' targets.
+    ``metrics.jsonl``; ``entropy`` to that of ``validation_batches``' targets (the trainer
+    passes the one of every rank's share: ``target_counts`` summed over ranks).
     """
     if val_loss is None:
         val_loss = last_validation_loss(run_dir)
-    entropy = unigram_entropy(validation_batches or [])
+    if entropy is None:
+        entropy = unigram_entropy(validation_batches or [])
     return [
         loss_line(val_loss, entropy, tokenizer.name),
         sample_line(model, tokenizer, config.data.tokenizer.add_bos, max_new_tokens),

@@ -33,7 +33,11 @@ from training.checkpoint.load import (
 )
 from training.checkpoint.runs import checkpoint_path, load_trained_model, run_config
 from training.checkpoint.unpickling import UnsafeCheckpointError, dcp_load
-from training.checkpoint.writer import CheckpointWriteError, CheckpointWriter
+from training.checkpoint.writer import (
+    CheckpointWriteError,
+    CheckpointWriter,
+    remove_crashed_saves,
+)
 
 __all__ = [
     "CheckpointWriteError",
@@ -49,6 +53,7 @@ __all__ = [
     "load",
     "load_latest",
     "load_trained_model",
+    "remove_crashed_saves",
     "run_config",
     "set_aside",
     "single_process_is_intended",

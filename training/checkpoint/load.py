@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,11 +57,12 @@ class NoLoadableCheckpointError(RuntimeError):
 
 class OtherRankFailedError(RuntimeError):
     """Raised on the ranks that loaded their part fine when another rank did not, so that every
-    rank takes the same decision; ``damage`` says which (see :func:`is_damage`)."""
+    rank takes the same decision; ``damage`` and ``transient`` say which (see
+    :func:`is_damage`, :func:`is_transient`)."""
 
-    def __init__(self, message: str, damage: bool) -> None:
+    def __init__(self, message: str, damage: bool, transient: bool = False) -> None:
         super().__init__(message)
-        self.damage = damage
+        self.damage, self.transient = damage, transient
 
 
 def is_damage(error: Exception) -> bool:
@@ -71,13 +73,30 @@ def is_damage(error: Exception) -> bool:
     return not isinstance(error, (MemoryError, torch.OutOfMemoryError))
 
 
+# an I/O error that may pass (EIO, ESTALE, a timeout from an NFS or Lustre server), unlike a
+# file that is not there or may not be read
+_PERSISTENT_OS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+IO_RETRIES = 3  # tries of the same checkpoint after the first, 1, 2 and 4 s apart
+
+
+def is_transient(error: Exception) -> bool:
+    """Whether a failed load may succeed if tried again: an OSError from the file system,
+    other than a missing or forbidden file. Retried before the checkpoint counts as damaged."""
+    if isinstance(error, OtherRankFailedError):
+        return error.transient
+    return isinstance(error, OSError) and not isinstance(error, _PERSISTENT_OS_ERRORS)
+
+
 def _on_every_rank(env: Env, stage: Callable[[], Any]) -> Any:
     """Run one stage of a load on every rank; when it fails anywhere, it raises everywhere."""
     try:
         result, error = stage(), None
     except Exception as failure:
         result, error = None, failure
-    outcome = 0 if error is None else 1 if is_damage(error) else 2
+    # 0 loaded, 1 damage, 2 an I/O error worth retrying, 3 not the files' fault
+    outcome = 0
+    if error is not None:
+        outcome = 3 if not is_damage(error) else 2 if is_transient(error) else 1
     outcomes = [0.0] * env.world_size
     outcomes[env.rank] = outcome
     outcomes = distributed.all_reduce_sum(outcomes, env.device)
@@ -87,7 +106,9 @@ def _on_every_rank(env: Env, stage: Callable[[], Any]) -> Any:
     if error is not None and outcome == worst:
         raise error
     ranks = ", ".join(str(rank) for rank, o in enumerate(outcomes) if o == worst)
-    raise OtherRankFailedError(f"rank {ranks} could not load its part (see its log)", worst == 1)
+    raise OtherRankFailedError(
+        f"rank {ranks} could not load its part (see its log)", worst in (1, 2), worst == 2
+    )
 
 
 def _written_by(path: Path) -> int | None:
@@ -199,6 +220,21 @@ def set_aside(path: Path, env: Env) -> Path:
     return target
 
 
+def _load_retrying_io_errors(path: Path, model, optimizer, env: Env) -> tuple[dict, list]:
+    """:func:`load`, tried again after a transient I/O error (:func:`is_transient`): a file
+    server's hiccup must not set a good checkpoint aside as damaged."""
+    for attempt in range(IO_RETRIES + 1):
+        try:
+            return load(path, model, optimizer, env)
+        except Exception as error:
+            if attempt == IO_RETRIES or not (is_damage(error) and is_transient(error)):
+                raise
+            wait = 2**attempt
+            log.warning("%s: I/O error (%s); trying again in %d s", path, error, wait)
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
 def load_latest(run_dir: str | Path, model, optimizer, env: Env) -> tuple[Path, dict, list] | None:
     """Resume from the newest checkpoint that loads: what ``Trainer._resume`` calls.
 
@@ -213,12 +249,13 @@ def load_latest(run_dir: str | Path, model, optimizer, env: Env) -> tuple[Path, 
     no checkpoint (a fresh start). Never a silent restart from step 0: when checkpoints exist
     and none loads, it raises :class:`NoLoadableCheckpointError` listing each and why, and
     renames nothing (a requeued job then fails the same way instead of finding no checkpoint).
-    Errors that are not damage (:func:`is_damage`: out of memory) propagate at once.
+    Errors that are not damage (:func:`is_damage`: out of memory) propagate at once; an I/O
+    error that may pass is retried on the same checkpoint first (``IO_RETRIES`` times).
     """
     failures: list[tuple[Path, str]] = []
     for path in reversed(complete_checkpoints(run_dir)):
         try:
-            trainer_state, data_states = load(path, model, optimizer, env)
+            trainer_state, data_states = _load_retrying_io_errors(path, model, optimizer, env)
         except Exception as error:
             if not is_damage(error):
                 raise

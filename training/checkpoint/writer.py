@@ -221,3 +221,21 @@ def _root_cause(error: BaseException) -> BaseException:
     if error.__cause__ is not None:
         return _root_cause(error.__cause__)
     return error
+
+
+def remove_crashed_saves(run_dir: str | Path, env: Env) -> list[Path]:
+    """Delete the ``step_N.tmp`` directories a crashed save left (rank 0; every rank waits).
+
+    Called when a run starts, before anything is saved: no save is in flight then, and a
+    ``.tmp`` is never a checkpoint (only a published ``step_N`` is). Left alone, one whose step
+    is not saved again would hold a whole checkpoint's disk for ever.
+    """
+    root = Path(run_dir) / "checkpoints"
+    removed = []
+    if env.is_main and root.is_dir():
+        for tmp in sorted(root.glob("step_*.tmp")):
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+            log.warning("removed %s, left by a save that did not complete", tmp)
+    distributed.barrier()
+    return removed
