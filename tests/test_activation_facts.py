@@ -155,7 +155,7 @@ def test_optimizer_groups_take_the_activation_scalars_the_activation_declares(na
     # norms and the embedding decay here, so only matrices, norms and the embedding are left
     assert groups[1]["params"] == []
     if declared:
-        decay, no_decay, scalars = groups
+        _, _, scalars = groups
         assert [id(p) for p in scalars["params"]] == [id(p) for p in declared]
         assert scalars["weight_decay"] == (0.1 if decay_scalars else 0.0)
         assert scalars["lr_multiplier"] == 4.0
@@ -169,15 +169,21 @@ def test_the_scalar_group_trains_at_the_multiplied_rate():
     ``lr``; Adam's first step then moves each scalar by about its group's rate."""
     config = ModelConfig(vocab_size=64, dim=16, n_layers=2, n_heads=2, gated_hidden=32)
     model = Llama(config)
-    optimizer = build_optimizer(model, OptimConfig(scalar_lr_multiplier=5.0), torch.device("cpu"))
+    # eps far below any gradient here, so Adam's first step is lr * sign(grad) to 1e-6
+    optim = OptimConfig(scalar_lr_multiplier=5.0, eps=1e-20)
+    optimizer = build_optimizer(model, optim, torch.device("cpu"))
     set_learning_rate(optimizer, 1e-3)
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-3, 1e-3, 5e-3])
     before = [p.detach().clone() for p in model.activation_scalar_parameters()]
     matrix = model.layers[0].mlp.up_proj.weight
     matrix_before = matrix.detach().clone()
-    model(torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8))).backward()
+    tokens = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+    model(tokens, tokens.roll(1, 1)).backward()
     optimizer.step()
-    moved = [(p - b).abs().item() for p, b in zip(model.activation_scalar_parameters(), before)]
+    moved = [
+        (p - b).abs().item()
+        for p, b in zip(model.activation_scalar_parameters(), before, strict=True)
+    ]
     # Adam's first step is lr * sign(grad) (|m / sqrt(v)| = 1) for every nonzero gradient
     assert moved == pytest.approx([5e-3] * len(moved), rel=1e-3)
     step = (matrix - matrix_before).abs()

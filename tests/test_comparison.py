@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from eval.comparison import paired_difference, power_law_fit, spread
-from scripts import study_report, sweep
+from scripts import study_report
 from train_helpers import compose
+from training.sweeps import expand
 
 # Student's t 0.975 quantiles (two-sided 95%) from the tables, for 2 and 4 degrees of freedom
 T975 = {2: 4.302652729911275, 4: 2.7764451051977987}
@@ -117,7 +118,7 @@ def test_the_report_picks_the_rate_on_seed_0_and_reports_the_other_seeds(tmp_pat
     for figure in ("curves.png", "learning_rates.png", "diagnostics.png"):
         assert (out / figure).stat().st_size > 10_000, figure
     # the second stage's sweep: each arm at its rate, on seeds 1-3, each point its own directory
-    jobs = sweep.expand(yaml.safe_load(sweep_file.read_text()))
+    jobs = expand(yaml.safe_load(sweep_file.read_text()))
     assert len(jobs) == 6
     assert "optim.lr=0.004" in jobs[3] and "activation=xielu" in jobs[3]
     run_dirs = {compose(job)[0].trainer.run_dir for job in jobs}

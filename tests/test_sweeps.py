@@ -10,9 +10,9 @@ import pytest
 from data_fixtures import write_parquet_corpus
 from eval.paper import ABLATION_TABLE, MAIN_COMPARISON
 from scripts.results_table import main as results_table
-from scripts.sweep import commands, expand, load_sweep
 from train_helpers import ROOT, compose, metrics, tiny_overrides
 from training.distributed import adopt_slurm_tasks
+from training.sweeps import commands, expand, load_sweep
 
 
 @pytest.mark.slow
@@ -144,10 +144,10 @@ def test_null_booleans_and_lists_in_a_sweep_reach_the_config_as_values():
 
 def test_every_point_of_the_study_grid_gets_its_own_run_directory_and_axes():
     jobs = expand(load_sweep("study_lr"))
-    assert len(jobs) == 24
+    assert len(jobs) == 32  # 2 initialisations x 4 activations x 4 learning rates
     configs = [compose(job)[0] for job in jobs]
     run_dirs = {c.trainer.run_dir for c in configs}
-    assert len(run_dirs) == 24
+    assert len(run_dirs) == 32
     assert "runs/study-xielu_init_scaling-width_lr-0.006" in run_dirs
     for config in configs:
         assert {"model.activation", "model.init_scaling", "optim.lr"} <= set(config.trainer.axes)
