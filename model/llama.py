@@ -41,6 +41,9 @@ class Llama(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
         # the loss's softmax through torch.compile (``model.loss``): see ``compile_blocks``
         self.compile_loss = False
+        # z-loss coefficient in training (``optim.z_loss``, set by the trainer); evaluation
+        # (``eval()``) computes the plain cross-entropy
+        self.z_loss = 0.0
         self.reset_parameters()
 
     @torch.no_grad()
@@ -108,6 +111,7 @@ class Llama(nn.Module):
             targets,
             chunk_size=self.config.loss_chunk_tokens,
             compiled=self.compile_loss,
+            z_loss=self.z_loss if self.training else 0.0,
         )
 
     def compile_blocks(self) -> None:

@@ -12,6 +12,10 @@ Matmuls run in the compute dtype (bf16 under autocast, with fp32 accumulation in
 softmax, loss and the sum of the weight gradient over chunks in fp32 whatever the input dtype;
 targets equal to ``ignore_index`` contribute neither loss nor gradient, and the mean is over
 the counted targets (``F.cross_entropy`` semantics; with none counted the loss is 0, not nan).
+
+z-loss (PaLM; ``optim.z_loss``): ``z * lse^2`` per counted token, ``lse`` the log of the
+softmax's normaliser, keeps the logits from drifting up. Its gradient, ``2 z lse softmax``,
+joins the cross-entropy's in the same pass: each row's softmax is scaled by ``1 + 2 z lse``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         ignore: int,
         grad: bool,
         compiled: bool,
+        z_loss: float,
     ):
         n = hidden.shape[0]
         valid = targets != ignore
@@ -51,7 +56,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             rows = slice(start, start + chunk)
             h = hidden[rows].to(compute)
             scale = row_scale[rows] if row_scale is not None else None
-            losses, dlogits = chunk_math(h, w, targets[rows], valid[rows], scale)
+            losses, dlogits = chunk_math(h, w, targets[rows], valid[rows], scale, z_loss)
             total += losses.sum()
             if needs_h:
                 grad_hidden[rows] = dlogits @ w
@@ -68,15 +73,20 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         dh = grad_hidden * grad_loss.to(grad_hidden.dtype) if grad_hidden is not None else None
         dw = (grad_weight * grad_loss).to(ctx.weight_dtype) if grad_weight is not None else None
-        return dh, dw, None, None, None, None, None
+        return dh, dw, None, None, None, None, None, None
 
 
 def chunk_loss_and_grad(
-    h: Tensor, weight: Tensor, targets: Tensor, valid: Tensor, row_scale: Tensor | None
+    h: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    valid: Tensor,
+    row_scale: Tensor | None,
+    z_loss: float = 0.0,
 ) -> tuple[Tensor, Tensor | None]:
-    """One chunk's logits ``h @ weight.T``, their per-row losses (fp32, 0 on ignored rows) and,
-    given ``row_scale`` (each row's weight in the mean: 1/count, 0 if ignored), d loss / d logits
-    in the matmul's dtype.
+    """One chunk's logits ``h @ weight.T``, their per-row losses (fp32, 0 on ignored rows; plus
+    ``z_loss * lse^2``) and, given ``row_scale`` (each row's weight in the mean: 1/count, 0 if
+    ignored), d loss / d logits in the matmul's dtype.
 
     All the work between the head's matmuls sits in this one function so that
     ``torch.compile`` can make two passes over the logits of it (max and sum of exponentials,
@@ -95,10 +105,12 @@ def chunk_loss_and_grad(
     row_max = x.amax(dim=-1)
     exps = x.sub_(row_max[:, None]).exp_()
     sum_exp = exps.sum(dim=-1)
-    losses = (row_max + sum_exp.log() - target_logit) * valid
+    lse = row_max + sum_exp.log()
+    losses = (lse - target_logit + z_loss * lse * lse) * valid
     if row_scale is None:
         return losses, None
-    scale = row_scale / sum_exp
+    # d/dlogits of z lse^2 is 2 z lse softmax: the softmax part of the gradient, rescaled
+    scale = row_scale / sum_exp * (1 + 2 * z_loss * lse) if z_loss else row_scale / sum_exp
     dlogits = exps.mul_(scale[:, None]).to(out_dtype)
     # the target's entry, (softmax - 1) * row_scale, in fp32 before rounding: a confident right
     # model has softmax ~ 1 there, and a softmax rounded to bf16 first would cancel to 0
@@ -129,8 +141,10 @@ def linear_cross_entropy(
     chunk_size: int = 4096,
     ignore_index: int = -100,  # F.cross_entropy's default, as everywhere in torch
     compiled: bool = False,
+    z_loss: float = 0.0,
 ) -> Tensor:
-    """Mean cross-entropy of ``hidden @ weight.T`` against ``targets``, chunked over tokens.
+    """Mean cross-entropy of ``hidden @ weight.T`` against ``targets``, chunked over tokens,
+    plus ``z_loss`` times the mean squared log-normaliser of the counted rows.
 
     ``hidden`` is [..., dim], ``targets`` the matching [...] integer tensor. Equal to
     ``F.cross_entropy(hidden @ weight.T, targets, ignore_index=...)`` up to float rounding.
@@ -155,4 +169,5 @@ def linear_cross_entropy(
         ignore_index,
         torch.is_grad_enabled(),
         compiled,
+        float(z_loss),
     )

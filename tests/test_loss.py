@@ -160,3 +160,38 @@ def test_fp16_is_refused_with_a_clear_error_rather_than_silently_imprecise():
     fp16 = torch.autocast("cpu", torch.float16)
     with pytest.raises(ValueError, match="does not support fp16"), fp16:
         linear_cross_entropy(hidden, weight, targets)
+
+
+@pytest.mark.parametrize("chunk", [1, 13, 150])
+def test_z_loss_value_and_gradients_equal_float64_autograd_of_the_full_logits(chunk):
+    """z * mean over counted rows of logsumexp(logits)^2 (PaLM), on top of cross-entropy; its
+    gradient comes from the same pass over each chunk. 150 rows: 13 does not divide them."""
+    hidden, weight, targets = problem()
+    z = 1e-2  # large, so that a wrong z term shows far above rounding
+    logits = (hidden @ weight.t()).flatten(0, 1)
+    counted = targets.flatten() != -100
+    lse = torch.logsumexp(logits, dim=-1)[counted]
+    ref = F.cross_entropy(logits, targets.flatten()) + z * (lse**2).mean()
+    ref_grads = torch.autograd.grad(2.5 * ref, (hidden, weight))
+    out = linear_cross_entropy(hidden, weight, targets, chunk_size=chunk, z_loss=z)
+    grads = torch.autograd.grad(2.5 * out, (hidden, weight))
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-11, atol=1e-12)
+    plain = linear_cross_entropy(hidden, weight, targets, chunk_size=chunk)
+    assert float(out - plain) == pytest.approx(z * float((lse**2).mean()), rel=1e-9)
+
+
+def test_the_model_adds_z_loss_in_training_and_never_in_evaluation():
+    config = ModelConfig(vocab_size=64, dim=16, n_layers=1, n_heads=2, gated_hidden=32)
+    torch.manual_seed(0)
+    model = Llama(config)
+    tokens = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+    plain = model(tokens, tokens)
+    model.z_loss = 0.5
+    with torch.no_grad():
+        lse = torch.logsumexp(model(tokens).double(), -1)
+    assert float(model(tokens, tokens)) == pytest.approx(
+        float(plain) + 0.5 * float((lse**2).mean()), rel=1e-5
+    )
+    assert float(model.eval()(tokens, tokens)) == pytest.approx(float(plain), rel=1e-6)

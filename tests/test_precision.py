@@ -46,10 +46,18 @@ class RecordMatmuls(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("activation", ["xielu", "swiglu"])
-@pytest.mark.parametrize("checkpointing", ["none", "selective"])
+@pytest.mark.parametrize(
+    "activation,checkpointing,z_loss",
+    [
+        ("xielu", "none", 0.0),
+        ("swiglu", "none", 0.0),
+        ("xielu", "selective", 0.0),
+        ("swiglu", "selective", 0.0),
+        ("xielu", "none", 1e-4),  # the z-loss's gradient joins the same bf16 GEMMs
+    ],
+)
 def test_a_bf16_training_step_has_no_fp32_matmul_of_weight_sized_operands(
-    activation, checkpointing
+    activation, checkpointing, z_loss
 ):
     torch.manual_seed(0)
     config = ModelConfig(
@@ -58,6 +66,7 @@ def test_a_bf16_training_step_has_no_fp32_matmul_of_weight_sized_operands(
     )  # fmt: skip
     cpu = torch.device("cpu")
     model = Llama(config)
+    model.z_loss = z_loss
     training = parallelize(
         model,
         Env(0, 1, 0, cpu),

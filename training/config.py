@@ -30,6 +30,9 @@ class OptimConfig:
             paper). Adam moves a scalar by about lr per step, so a short run (the CPU study sums
             ~1 of lr over its steps, the paper's 1.1B ~47) leaves the alphas near their
             initialisation; a multiplier lets them reach their regime in fewer steps.
+        z_loss: coefficient of the z-loss ``z * logsumexp(logits)^2`` (PaLM uses 1e-4), added to
+            the training loss inside the fused LM-head loss (``model/loss.py``); 0, the paper,
+            adds nothing. The logged training loss includes it; validation never does.
         grad_clip: global gradient-norm clip; 0 disables.
         fused: torch's fused AdamW kernel (CUDA and CPU); ``None`` picks it on CUDA.
     """
@@ -42,6 +45,7 @@ class OptimConfig:
     decay_norms_and_embeddings: bool = False
     decay_activation_scalars: bool = False
     scalar_lr_multiplier: float = 1.0
+    z_loss: float = 0.0
     grad_clip: float = 1.0
     fused: bool | None = None
 
@@ -280,6 +284,8 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
         raise ConfigError(
             f"optim.scalar_lr_multiplier must be positive, got {o.scalar_lr_multiplier}"
         )
+    if o.z_loss < 0:
+        raise ConfigError(f"optim.z_loss must be >= 0, got {o.z_loss}")
     if not 0 <= o.min_lr <= o.lr:
         raise ConfigError(f"optim.min_lr={o.min_lr} must lie in [0, optim.lr={o.lr}]")
     parse_debug_signal(t.debug_signal)  # raises naming the key

@@ -72,6 +72,7 @@ class Trainer:
         self.validation_batches: list[dict] | None = None
         model = build_model(config, self.tokenizer.vocab_size, self.env.device)
         self.model_config = model.config
+        model.z_loss = config.optim.z_loss  # in training only: Llama drops it in eval()
         self.model = parallelize(model, self.env, plan_from_config(t, self.env.device))
         self.optimizer = build_optimizer(self.model.bare, config.optim, self.env.device)
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
