@@ -115,6 +115,11 @@ class TrainerConfig:
         slice, the only setting whose numbers compare across world sizes.
     log_every: steps between console / metrics lines.
     max_bad_steps: stop after this many consecutive steps with a non-finite loss or gradient.
+    spike_window: steps of the rolling window a step's loss and gradient norm are compared
+        with (``training/spikes.py``); 0 disables the monitor. Spikes are counted (``spikes``)
+        and reported with their step and value.
+    spike_threshold: how many standard deviations above the window's mean make a spike.
+    spike_skip: skip the update of a spike step (counted in ``skipped_steps``); off by default.
     collective_timeout_s: how long a collective waits for the slowest rank before the job
         fails (a rank that hangs); a rank that dies stops the others at once (torchrun).
     debug_nan_steps: fault injection for tests: make the loss NaN at these (0-based) steps.
@@ -146,6 +151,9 @@ class TrainerConfig:
     eval_batches: int = 4
     log_every: int = 10
     max_bad_steps: int = 5
+    spike_window: int = 100
+    spike_threshold: float = 6.0
+    spike_skip: bool = False
     collective_timeout_s: int = 1800
     debug_nan_steps: list[int] = field(default_factory=list)
     debug_crash_in_checkpoint_at: int = -1
@@ -226,6 +234,7 @@ BOUNDS = {
     "trainer.eval_every": 0,
     "trainer.eval_batches": 0,
     "trainer.max_bad_steps": 1,
+    "trainer.spike_window": 0,
     "trainer.collective_timeout_s": 1,
     "logging.diagnostics_every": 0,
     "schedule.warmup_steps": 0,
@@ -283,6 +292,11 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
     if o.scalar_lr_multiplier <= 0:
         raise ConfigError(
             f"optim.scalar_lr_multiplier must be positive, got {o.scalar_lr_multiplier}"
+        )
+    if t.spike_window == 1 or t.spike_threshold <= 0:
+        raise ConfigError(
+            f"trainer.spike_window={t.spike_window} must be 0 (off) or >= 2, and "
+            f"trainer.spike_threshold={t.spike_threshold} positive"
         )
     if o.z_loss < 0:
         raise ConfigError(f"optim.z_loss must be >= 0, got {o.z_loss}")

@@ -40,6 +40,7 @@ from training.preemption import (
     requeue_or_exit_code,
 )
 from training.schedule import learning_rate
+from training.spikes import SpikeMonitor
 from training.step import train_step
 from training.summary import entropy_of, run_summary, target_counts
 from training.validation import validation_loss
@@ -78,6 +79,7 @@ class Trainer:
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
         self.step, self.tokens, self.skipped, self.bad_in_a_row = 0, 0, 0, 0
         self.missed_eval = False
+        self.spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
         s = config.schedule  # validated at the end of the stable phase, whatever eval_every is
         self.stable_end = t.steps - s.decay_steps if s.name == "wsd" and s.decay_steps else None
         self.preemption = Preemption()
@@ -194,12 +196,22 @@ class Trainer:
         set_learning_rate(self.optimizer, lr)
         seen = {}
 
-        def finite(loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> bool:
-            """Every rank agrees: the loss is summed over ranks, the norm already global."""
+        def decide(loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> bool:
+            """Update unless the loss or norm is not finite, or is a spike to skip. Every rank
+            agrees: the loss is summed over ranks, the norm already global."""
             total = distributed.all_reduce_sum([loss_sum.item()], env.device)[0]
             seen["loss"] = total / (self.accumulation * env.world_size)
             seen["grad_norm"] = float(grad_norm)
-            return math.isfinite(seen["loss"]) and math.isfinite(seen["grad_norm"])
+            if not (math.isfinite(seen["loss"]) and math.isfinite(seen["grad_norm"])):
+                return False
+            if self.spikes is None:
+                return True
+            values = {"loss": seen["loss"], "grad_norm": seen["grad_norm"]}
+            seen["spikes"] = self.spikes.check(values)
+            if seen["spikes"] and t.spike_skip:
+                return False
+            self.spikes.record(values)
+            return True
 
         result = train_step(
             self.model,
@@ -207,12 +219,27 @@ class Trainer:
             data,
             self.accumulation,
             self.config.optim.grad_clip,
-            should_update=finite,
+            should_update=decide,
             poison_loss=self.step in t.debug_nan_steps,  # fault injection for tests
         )
         loss_value, grad_norm = seen["loss"], seen["grad_norm"]
+        for spike in seen.get("spikes", []):
+            if env.is_main:
+                log.warning(
+                    "step %d: %s spike %.4g, %.1f standard deviations above the mean %.4g of "
+                    "the last %d steps%s",
+                    self.step + 1,
+                    spike.metric,
+                    spike.value,
+                    spike.zscore,
+                    spike.mean,
+                    len(self.spikes.history[spike.metric]),
+                    "; update skipped (trainer.spike_skip)" if t.spike_skip else "",
+                )
         if result.stepped:
             self.bad_in_a_row = 0
+        elif seen.get("spikes") and t.spike_skip:
+            self.skipped += 1
         else:
             self.skipped += 1
             self.bad_in_a_row += 1
@@ -231,7 +258,10 @@ class Trainer:
             )
         self.step += 1
         self.tokens += t.global_batch * self.config.data.seq_len
-        return {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
+        metrics = {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
+        if self.spikes is not None:
+            metrics["spikes"] = self.spikes.count
+        return metrics
 
     # ----------------------------------------------------------------------------------------
     def _held_out(self) -> list[dict]:
@@ -313,6 +343,7 @@ class Trainer:
             "skipped": self.skipped,
             "bad_in_a_row": self.bad_in_a_row,
             "missed_eval": self.missed_eval,
+            "spikes": self.spikes.count if self.spikes is not None else 0,
         }
 
     def _save(self) -> None:
@@ -342,6 +373,8 @@ class Trainer:
         self.step, self.tokens = state["step"], state["tokens"]
         self.skipped, self.bad_in_a_row = state["skipped"], state["bad_in_a_row"]
         self.missed_eval = state.get("missed_eval", False)
+        if self.spikes is not None:
+            self.spikes.count = state.get("spikes", 0)
         if self.env.is_main:
             log.info("resumed from %s at step %d", path, self.step)
 
