@@ -98,8 +98,8 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     by_key: dict[tuple, dict] = {}
     for line in path.read_text().splitlines():
         record = json.loads(line)
-        kind = "val" if "val/loss" in record else "train"
-        if any(k.startswith("diag/") for k in record):
-            kind = "diag"
+        kind = "val" if "val/loss" in record else "train" if "loss" in record else "other"
+        if kind == "other":  # diagnostics, gradient norms: by their keys' prefixes
+            kind = ",".join(sorted({k.split("/")[0] for k in record if k != "step"}))
         by_key[(kind, record["step"])] = record
     return [by_key[k] for k in sorted(by_key, key=lambda k: (k[1], k[0]))]

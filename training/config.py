@@ -180,10 +180,14 @@ class LoggingConfig:
         pre-activation RMS, its fraction below zero, the output RMS and the non-linear share
         of the output; ``training/diagnostics.py``), measured on one fixed held-out batch, also
         at step 0; 0 disables. Each costs one forward of ``trainer.micro_batch`` sequences.
+    grad_norms_every: steps between the per-layer gradient norms (attention, MLP and the
+        activation's scalars of every block, before clipping; ``training/grad_norms.py``),
+        logged as ``grad_norm/<group>/layer_NN``; 0 disables.
     """
 
     wandb: WandbConfig = field(default_factory=WandbConfig)
     diagnostics_every: int = 50
+    grad_norms_every: int = 50
 
 
 @dataclass
@@ -237,6 +241,7 @@ BOUNDS = {
     "trainer.spike_window": 0,
     "trainer.collective_timeout_s": 1,
     "logging.diagnostics_every": 0,
+    "logging.grad_norms_every": 0,
     "schedule.warmup_steps": 0,
     "schedule.decay_steps": 0,
 }

@@ -25,6 +25,7 @@ from training.axes import refuse_other_runs_checkpoints, write_axes
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
 from training.config import ExperimentConfig, validate
 from training.diagnostics import diagnostic_scalars, mlp_diagnostics
+from training.grad_norms import per_layer_grad_norms
 from training.metrics import (
     MetricsLogger,
     alpha_scalars,
@@ -194,6 +195,7 @@ class Trainer:
         t, env = self.config.trainer, self.env
         lr = learning_rate(self.step, t.steps, self.config.optim, self.config.schedule)
         set_learning_rate(self.optimizer, lr)
+        every_grad = self.config.logging.grad_norms_every
         seen = {}
 
         def decide(loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> bool:
@@ -221,6 +223,7 @@ class Trainer:
             self.config.optim.grad_clip,
             should_update=decide,
             poison_loss=self.step in t.debug_nan_steps,  # fault injection for tests
+            before_clip=self._read_grad_norms if self._should_at_next(every_grad) else None,
         )
         loss_value, grad_norm = seen["loss"], seen["grad_norm"]
         for spike in seen.get("spikes", []):
@@ -334,6 +337,15 @@ class Trainer:
 
     def _should(self, every: int) -> bool:
         return every > 0 and self.step % every == 0
+
+    def _should_at_next(self, every: int) -> bool:
+        """Whether the step about to be taken (it becomes ``self.step + 1``) is an ``every``."""
+        return every > 0 and (self.step + 1) % every == 0
+
+    def _read_grad_norms(self) -> None:
+        norms = per_layer_grad_norms(self.model, self.env.device)  # a collective under FSDP2
+        if self.env.is_main:
+            self.logger.log(self.step + 1, norms, console=False)
 
     # ----------------------------------------------------------------------------------------
     def _trainer_state(self) -> dict:

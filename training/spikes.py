@@ -30,7 +30,8 @@ class SpikeMonitor:
     def __init__(self, window: int, threshold: float) -> None:
         if window < 2 or threshold <= 0:
             raise ValueError(
-                f"a spike window needs >= 2 steps and a positive threshold, got {window}, {threshold}"
+                "a spike window needs >= 2 steps and a positive threshold, got "
+                f"{window}, {threshold}"
             )
         self.threshold = threshold
         self.history = {"loss": deque(maxlen=window), "grad_norm": deque(maxlen=window)}

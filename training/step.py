@@ -41,6 +41,7 @@ def train_step(
     should_update: Callable[[torch.Tensor, torch.Tensor], bool] | None = None,
     poison_loss: bool = False,
     on_phase: Callable[[str], None] = _nothing,
+    before_clip: Callable[[], None] | None = None,
 ) -> StepResult:
     """Take ``accumulation`` micro-batches from ``batches``; gradients of their mean loss.
 
@@ -49,7 +50,8 @@ def train_step(
     and applied unless ``should_update(loss_sum, grad_norm)`` says no (the trainer skips
     non-finite steps there); the gradients are freed either way. ``poison_loss`` makes the loss
     NaN (fault injection). ``on_phase`` is called after each forward, backward and the update
-    (the memory estimate records its peaks there).
+    (the memory estimate records its peaks there); ``before_clip`` once the step's gradients
+    are complete and not yet clipped (the per-layer gradient norms are read there).
     """
     device = model.env.device
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
@@ -65,6 +67,8 @@ def train_step(
         loss_sum += loss.detach().double()
         del loss
         on_phase(f"backward {micro + 1}")
+    if before_clip is not None:
+        before_clip()
     grad_norm = model.clip_grad_norm_(grad_clip or math.inf)
     stepped = should_update is None or should_update(loss_sum, grad_norm)
     if stepped:

@@ -1,0 +1,96 @@
+"""Per-layer gradient norms against a hand computation, and the same under DDP and FSDP2."""
+
+import copy
+import math
+
+import pytest
+import torch
+
+from model import Llama, ModelConfig
+from train_helpers import metrics, run, run_in_process, tiny_overrides
+from training.config import OptimConfig
+from training.distributed import Env
+from training.grad_norms import per_layer_grad_norms
+from training.optim import build_optimizer
+from training.parallelize import ParallelPlan, parallelize
+from training.step import train_step
+
+
+@pytest.mark.parametrize("activation", ["xielu", "swiglu"])
+def test_the_norms_are_those_of_each_blocks_gradients_before_clipping(activation):
+    config = ModelConfig(
+        vocab_size=64, dim=16, n_layers=2, n_heads=2, gated_hidden=32, activation=activation
+    )
+    torch.manual_seed(0)
+    model = Llama(config)
+    reference = copy.deepcopy(model)
+    tokens = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
+    batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}
+    # by hand: the loss's gradient on a copy, grouped by parameter name
+    reference(batch["inputs"], batch["targets"]).backward()
+    want = {}
+    for i, layer in enumerate(reference.layers):
+        groups = {"attn": 0.0, "mlp": 0.0, "act": 0.0}
+        for name, p in layer.named_parameters():
+            role = (
+                "act"
+                if ".act_fn." in f".{name}"
+                else "mlp"
+                if "mlp" in name or "post_att" in name
+                else "attn"
+            )
+            groups[role] += float(p.grad.double().pow(2).sum())
+        for role, total in groups.items():
+            if role != "act" or activation == "xielu":
+                want[f"grad_norm/{role}/layer_{i:02d}"] = math.sqrt(total)
+    env = Env(0, 1, 0, torch.device("cpu"))
+    trained = parallelize(model, env, ParallelPlan())
+    optimizer = build_optimizer(model, OptimConfig(), env.device)
+    got = {}
+    # a tight clip: the norms must be read before it scales the gradients
+    train_step(
+        trained, optimizer, iter([batch]), 1, 1e-3,
+        before_clip=lambda: got.update(per_layer_grad_norms(trained, env.device)),
+    )  # fmt: skip
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-6), key
+    assert ("grad_norm/act/layer_00" in got) == (activation == "xielu")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("processes")
+def test_ddp_and_fsdp2_log_the_per_layer_norms_of_one_process(corpus, tmp_path):
+    """FSDP2 holds each gradient as a DTensor shard per rank: the norm is the sum over ranks of
+    the shards' squares, and equals DDP's (whole reduced gradients) and one process's."""
+    extra = {
+        "data.num_workers": 1,
+        "trainer.steps": 4,
+        "schedule.decay_steps": 1,
+        "trainer.eval_every": 0,
+        "trainer.checkpoint_every": 0,
+        "logging.grad_norms_every": 2,
+    }
+    single = tmp_path / "single"
+    assert run_in_process(tiny_overrides(corpus, single, **{**extra, "data.num_workers": 2})) == 0
+    logged = {}
+    for parallelism in ("ddp", "fsdp"):
+        run_dir = tmp_path / parallelism
+        overrides = tiny_overrides(corpus, run_dir, **{**extra, "trainer.parallelism": parallelism})
+        code, output = run(overrides, torchrun=2, timeout=240)
+        assert code == 0, output[-3000:]
+        logged[parallelism] = norms(run_dir)
+    expected = norms(single)
+    assert sorted(expected) == [2, 4] and len(expected[2]) == 6  # attn, mlp, act x 2 layers
+    for parallelism, got in logged.items():
+        assert got.keys() == expected.keys(), parallelism
+        for step, values in expected.items():
+            assert got[step] == pytest.approx(values, rel=1e-5), (parallelism, step)
+
+
+def norms(run_dir) -> dict[int, dict[str, float]]:
+    return {
+        m["step"]: {k: v for k, v in m.items() if k.startswith("grad_norm/")}
+        for m in metrics(run_dir)
+        if any(k.startswith("grad_norm/") for k in m)
+    }
