@@ -120,6 +120,9 @@ class TrainerConfig:
         and reported with their step and value.
     spike_threshold: how many standard deviations above the window's mean make a spike.
     spike_skip: skip the update of a spike step (counted in ``skipped_steps``); off by default.
+    profile_steps: ``[first, last]``: profile those steps (as logged, from 1) into
+        ``<run_dir>/profile/`` (``training/profiling.py``: a Chrome trace per rank; on CUDA a
+        memory snapshot too); empty: no profiling.
     collective_timeout_s: how long a collective waits for the slowest rank before the job
         fails (a rank that hangs); a rank that dies stops the others at once (torchrun).
     debug_nan_steps: fault injection for tests: make the loss NaN at these (0-based) steps.
@@ -154,6 +157,7 @@ class TrainerConfig:
     spike_window: int = 100
     spike_threshold: float = 6.0
     spike_skip: bool = False
+    profile_steps: list[int] = field(default_factory=list)
     collective_timeout_s: int = 1800
     debug_nan_steps: list[int] = field(default_factory=list)
     debug_crash_in_checkpoint_at: int = -1
@@ -302,6 +306,12 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
         raise ConfigError(
             f"trainer.spike_window={t.spike_window} must be 0 (off) or >= 2, and "
             f"trainer.spike_threshold={t.spike_threshold} positive"
+        )
+    p = t.profile_steps
+    if p and not (len(p) == 2 and 1 <= p[0] <= p[1] <= t.steps):
+        raise ConfigError(
+            f"trainer.profile_steps={list(p)} must be [first, last] with 1 <= first <= last <= "
+            f"trainer.steps={t.steps}"
         )
     if o.z_loss < 0:
         raise ConfigError(f"optim.z_loss must be >= 0, got {o.z_loss}")

@@ -40,6 +40,7 @@ from training.preemption import (
     parse_debug_signal,
     requeue_or_exit_code,
 )
+from training.profiling import StepProfiler
 from training.schedule import learning_rate
 from training.spikes import SpikeMonitor
 from training.step import train_step
@@ -81,6 +82,7 @@ class Trainer:
         self.step, self.tokens, self.skipped, self.bad_in_a_row = 0, 0, 0, 0
         self.missed_eval = False
         self.spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
+        self.profiler = StepProfiler(t.profile_steps, t.run_dir, self.env.rank, self.env.device)
         s = config.schedule  # validated at the end of the stable phase, whatever eval_every is
         self.stable_end = t.steps - s.decay_steps if s.name == "wsd" and s.decay_steps else None
         self.preemption = Preemption()
@@ -120,7 +122,13 @@ class Trainer:
         try:
             while self.step < t.steps:
                 step_start = time.perf_counter()
-                metrics = self._train_step(data)
+                self.profiler.before(self.step + 1)
+                try:
+                    metrics = self._train_step(data)
+                except torch.OutOfMemoryError:
+                    self.profiler.out_of_memory()
+                    raise
+                self.profiler.after(self.step)
                 step_time = time.perf_counter() - step_start
                 if self._should(t.log_every) or self.step == t.steps:
                     elapsed = time.perf_counter() - started

@@ -1,0 +1,77 @@
+"""Profiles of chosen steps: a torch.profiler trace per rank, and on CUDA a memory snapshot.
+
+``trainer.profile_steps=[10,12]`` profiles steps 10 to 12 (as logged: step N is the N-th
+update) and writes ``<run_dir>/profile/trace_rank00000_steps10-12.json``, a Chrome trace for
+https://ui.perfetto.dev or ``chrome://tracing`` (TensorBoard's profiler plugin reads it too).
+On CUDA, the allocator's history is recorded over the same steps and dumped to
+``memory_rank00000_steps10-12.pickle`` at their end, or to ``memory_rank00000_oom.pickle`` if
+they run out of memory, for https://pytorch.org/memory_viz. A CPU run never touches CUDA.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+class StepProfiler:
+    def __init__(self, steps: list[int], run_dir: str | Path, rank: int, device: torch.device):
+        self.first, self.last = (steps[0], steps[1]) if steps else (0, -1)
+        self.out = Path(run_dir) / "profile"
+        self.rank, self.cuda = rank, device.type == "cuda"
+        self.profiler = None
+        self.label = None
+
+    @property
+    def name(self) -> str:
+        return f"rank{self.rank:05d}_steps{self.first}-{self.last}"
+
+    def before(self, step: int) -> None:
+        """Called before update number ``step`` (1-based) is taken."""
+        if step == self.first:
+            self._start()
+        if self.profiler is not None:  # each step a named span in the trace
+            self.label = torch.profiler.record_function(f"train step {step}")
+            self.label.__enter__()
+
+    def _start(self) -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+            torch.cuda.memory._record_memory_history(max_entries=200_000)
+        self.profiler = torch.profiler.profile(
+            activities=activities, record_shapes=True, profile_memory=True
+        )
+        self.profiler.__enter__()
+
+    def after(self, step: int) -> None:
+        """Called once update number ``step`` is done."""
+        if self.profiler is None:
+            return
+        self.label.__exit__(None, None, None)
+        if step == self.last:
+            self._finish(self.name)
+
+    def out_of_memory(self) -> None:
+        """Dump what the allocator recorded (the trainer calls it on an OOM while profiling)."""
+        if self.profiler is not None:
+            self.label.__exit__(None, None, None)
+            self._finish(f"rank{self.rank:05d}_oom")
+
+    def _finish(self, name: str) -> None:
+        self.profiler.__exit__(None, None, None)
+        self.out.mkdir(parents=True, exist_ok=True)
+        trace = self.out / f"trace_{name}.json"
+        self.profiler.export_chrome_trace(str(trace))
+        self.profiler = None
+        written = [trace]
+        if self.cuda:
+            snapshot = self.out / f"memory_{name}.pickle"
+            torch.cuda.memory._dump_snapshot(str(snapshot))
+            torch.cuda.memory._record_memory_history(enabled=None)
+            written.append(snapshot)
+        log.info("profile written: %s", ", ".join(str(p) for p in written))
