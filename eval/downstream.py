@@ -96,6 +96,53 @@ def evaluate(
     return output["results"]
 
 
+# lm-eval output types whose number of forwards differs from rank to rank (generation stops
+# when it stops, rolling windows follow the text's length): under FSDP2 every forward is a
+# collective, so in training they are refused there (``trainer.downstream_tasks``)
+UNEVEN_TASKS = {"triviaqa", "gsm8k"}
+
+
+def during_training(
+    model,
+    tokenizer,
+    tasks: list[str],
+    limit: int | None,
+    include_path: str | None,
+    device: torch.device,
+    add_bos: bool = False,
+    batch_size: int = 8,
+) -> dict[str, float] | None:
+    """lm-eval on the model being trained (the trainer's ``trainer.downstream_every``): every
+    rank scores its share of the documents and rank 0 gets the metrics, as
+    ``downstream/<task>/<metric>`` (lm-eval's filter dropped where it is ``none``); the other
+    ranks get None. ``model`` is the bare model (under FSDP2 its forwards gather the shards);
+    the caller puts it back in training mode."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from eval.harness import ProjectLM
+
+    lm = ProjectLM(model, tokenizer, batch_size, str(device), add_bos=add_bos)
+    if include_path:
+        manager = TaskManager(include_path=include_path, include_defaults=False)
+    else:
+        manager = TaskManager()
+    output = simple_evaluate(
+        model=lm, tasks=tasks, task_manager=manager, limit=limit, log_samples=False
+    )
+    if output is None:
+        return None
+    flat = {}
+    for task, entry in output["results"].items():
+        for key, value in entry.items():
+            if "stderr" in key or not isinstance(value, int | float) or isinstance(value, bool):
+                continue
+            metric, _, filter_name = key.partition(",")
+            name = metric if filter_name in ("", "none") else f"{metric}_{filter_name}"
+            flat[f"downstream/{task}/{name}"] = float(value)
+    return flat
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -31,6 +31,13 @@ class ProjectLM(LM):
         add_bos: bool = False,
     ):
         super().__init__()
+        import torch.distributed as dist
+
+        # lm-eval shares the documents out by rank and gathers the metrics (evaluator.evaluate);
+        # under torch.distributed every rank takes its share (the trainer's in-loop evaluation)
+        if dist.is_initialized():
+            self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
+        self._device = torch.device(device)
         bos = [tokenizer.bos_id] if add_bos and tokenizer.bos_id is not None else []
         self.prefix = [tokenizer.eos_id, *bos]
         self.model = model.to(device).eval()
@@ -38,6 +45,26 @@ class ProjectLM(LM):
         self.batch_size_per_call = batch_size
         self.device_ = torch.device(device)
         self.max_length = model.config.max_seq_len
+
+    # ---- lm-eval's collectives, for several ranks -----------------------------------------
+    def all_gather(self, tensor):
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor)
+        return torch.stack(parts) if tensor.dim() == 0 else torch.cat(parts)
+
+    def gather_object(self, obj, dst=0):
+        import torch.distributed as dist
+
+        out = [None] * self.world_size if self.rank == dst else None
+        dist.gather_object(obj, out, dst=dst)
+        return out
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
 
     # ---- helpers -------------------------------------------------------------------------
     def _context_ids(self, text: str) -> list[int]:

@@ -120,6 +120,16 @@ class TrainerConfig:
         and reported with their step and value.
     spike_threshold: how many standard deviations above the window's mean make a spike.
     spike_skip: skip the update of a spike step (counted in ``skipped_steps``); off by default.
+    downstream_every: steps between downstream evaluations with lm-eval (``eval.downstream``:
+        every rank scores its share of the documents), and at the end; 0 disables.
+        Logged as ``downstream/<task>/<metric>`` beside ``val/loss``, with the call's cost in
+        ``downstream/seconds``.
+    downstream_tasks: lm-eval task names (the paper's multiple-choice tasks by default; with
+        ``downstream_data`` the local copies of the same names are used).
+    downstream_limit: documents per task and evaluation (None: all).
+    downstream_data: a directory of upstream benchmark files (e.g. ``../shared/data/eval``)
+        to build lm-eval tasks from offline (``eval.local_tasks``); empty: lm-eval's own
+        tasks, which download their data from the Hugging Face Hub.
     profile_steps: ``[first, last]``: profile those steps (as logged, from 1) into
         ``<run_dir>/profile/`` (``training/profiling.py``: a Chrome trace per rank; on CUDA a
         memory snapshot too); empty: no profiling.
@@ -157,6 +167,12 @@ class TrainerConfig:
     spike_window: int = 100
     spike_threshold: float = 6.0
     spike_skip: bool = False
+    downstream_every: int = 0
+    downstream_tasks: list[str] = field(
+        default_factory=lambda: ["piqa", "arc_easy", "arc_challenge", "hellaswag", "winogrande"]
+    )
+    downstream_limit: int | None = 200
+    downstream_data: str = ""
     profile_steps: list[int] = field(default_factory=list)
     collective_timeout_s: int = 1800
     debug_nan_steps: list[int] = field(default_factory=list)
@@ -243,6 +259,7 @@ BOUNDS = {
     "trainer.eval_batches": 0,
     "trainer.max_bad_steps": 1,
     "trainer.spike_window": 0,
+    "trainer.downstream_every": 0,
     "trainer.collective_timeout_s": 1,
     "logging.diagnostics_every": 0,
     "logging.grad_norms_every": 0,
@@ -307,6 +324,14 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
             f"trainer.spike_window={t.spike_window} must be 0 (off) or >= 2, and "
             f"trainer.spike_threshold={t.spike_threshold} positive"
         )
+    if t.downstream_every and t.parallelism == "fsdp" and world_size > 1:
+        uneven = sorted(set(t.downstream_tasks) & {"triviaqa", "gsm8k"})
+        if uneven:
+            raise ConfigError(
+                f"trainer.downstream_tasks: {', '.join(uneven)} generate text, whose forwards "
+                "differ in number from rank to rank, which FSDP2 cannot run in training; "
+                "evaluate them from a checkpoint with python -m eval.downstream"
+            )
     p = t.profile_steps
     if p and not (len(p) == 2 and 1 <= p[0] <= p[1] <= t.steps):
         raise ConfigError(

@@ -155,6 +155,9 @@ class Trainer:
                 )
                 if evaluate and not preempted:
                     self._evaluate()
+                downstream = self._should(t.downstream_every) or self.step == t.steps
+                if t.downstream_every and downstream and not preempted:
+                    self._downstream()
                 # a stop signal at an eval step: the resumed run evaluates this step first
                 self.missed_eval = bool(evaluate and preempted)
                 if self._should(t.checkpoint_every) or self.step == t.steps or preempted:
@@ -296,6 +299,38 @@ class Trainer:
             # val/tokens says what the number covers: eval_batches > 0 is a part of the slice
             record = {"val/loss": result["loss"], "val/perplexity": result["perplexity"]}
             self.logger.log(self.step, {**record, "val/tokens": result["tokens"]})
+
+    def _downstream(self) -> None:
+        """lm-eval's tasks on the model as it is now (``eval.downstream.during_training``)."""
+        from eval.downstream import during_training
+
+        t, env = self.config.trainer, self.env
+        include = None
+        if t.downstream_data:
+            include = str(self.run_dir / "downstream_tasks")
+            if env.is_main and not Path(include).is_dir():
+                from eval.local_tasks import build_local_tasks
+
+                build_local_tasks(t.downstream_data, include)
+            distributed.barrier()
+        tasks = [f"local_{n}" if include else n for n in t.downstream_tasks]
+        started = time.perf_counter()
+        results = during_training(
+            self.model.bare,
+            self.tokenizer,
+            tasks,
+            t.downstream_limit,
+            include,
+            env.device,
+            self.config.data.tokenizer.add_bos,
+            t.micro_batch,
+        )
+        self.model.train()
+        if env.is_main:
+            seconds = time.perf_counter() - started
+            self.logger.log(self.step, {**results, "downstream/seconds": seconds}, console=False)
+            shown = ", ".join(f"{k[len('downstream/') :]} {v:.3g}" for k, v in results.items())
+            log.info("step %d downstream (%.0f s): %s", self.step, seconds, shown)
 
     def _diagnose(self) -> None:
         if not self.config.logging.diagnostics_every:

@@ -1,0 +1,70 @@
+"""lm-eval during training: every rank's share, the same numbers as evaluating the checkpoint."""
+
+import pytest
+
+from data_fixtures import SHARED
+from train_helpers import metrics, run, run_in_process, tiny_overrides
+
+pytestmark = pytest.mark.slow
+
+TASKS = ["piqa", "arc_easy"]
+
+
+def _overrides(corpus, run_dir, **extra):
+    return tiny_overrides(
+        corpus,
+        run_dir,
+        **{
+            "trainer.downstream_every": 6,
+            "trainer.downstream_tasks": f"[{','.join(TASKS)}]",
+            "trainer.downstream_limit": 6,
+            "trainer.downstream_data": str(SHARED / "eval"),
+            "model.max_seq_len": 256,  # room for the tasks' prompts
+            **extra,
+        },
+    )
+
+
+def _logged(run_dir) -> dict[int, dict[str, float]]:
+    return {
+        m["step"]: {k: v for k, v in m.items() if k.startswith("downstream/")}
+        for m in metrics(run_dir)
+        if "downstream/seconds" in m
+    }
+
+
+def _offline(run_dir, step) -> dict[str, float]:
+    """The same tasks on the step's checkpoint through python -m eval.downstream's path."""
+    from eval.downstream import evaluate
+    from eval.local_tasks import build_local_tasks
+
+    include = run_dir / "offline_tasks"
+    build_local_tasks(SHARED / "eval", include)
+    results = evaluate(str(run_dir), [f"local_{t}" for t in TASKS], str(include), 6, 2, step)
+    return {
+        f"downstream/{t}/{k.split(',')[0]}": v
+        for t, e in results.items()
+        for k, v in e.items()
+        if "stderr" not in k and isinstance(v, float)
+    }
+
+
+def test_the_trainer_logs_lm_evals_scores_of_the_model_it_is_training(corpus, tmp_path):
+    assert run_in_process(_overrides(corpus, tmp_path)) == 0
+    logged = _logged(tmp_path)
+    assert sorted(logged) == [6, 12]
+    final = {k: v for k, v in logged[12].items() if k.endswith(("/acc", "/acc_norm"))}
+    assert {"downstream/local_piqa/acc", "downstream/local_arc_easy/acc_norm"} <= final.keys()
+    assert logged[12]["downstream/seconds"] > 0
+    assert final == pytest.approx(_offline(tmp_path, 12), abs=1e-12)
+
+
+@pytest.mark.xdist_group("processes")
+def test_two_ranks_each_score_a_share_and_report_the_whole(corpus, tmp_path):
+    code, output = run(
+        _overrides(corpus, tmp_path, **{"data.num_workers": 1}), torchrun=2, timeout=300
+    )
+    assert code == 0, output[-3000:]
+    logged = _logged(tmp_path)
+    final = {k: v for k, v in logged[12].items() if k.endswith(("/acc", "/acc_norm"))}
+    assert final == pytest.approx(_offline(tmp_path, 12), abs=1e-12)
