@@ -189,26 +189,34 @@ def test_evaluation_skips_a_damaged_newest_checkpoint_and_leaves_it_in_place(tmp
     assert not (tmp_path / "marker").exists()
 
 
+LOADING = importlib.import_module("training.checkpoint.load")  # the package exports load()
+
+
+def reads_failing_with_eio(monkeypatch, fails) -> list[str]:
+    """DCP reads that raise EIO where ``fails(path, earlier calls)`` says so; no backoff
+    sleeps. Returns the list the reads' checkpoint names are appended to."""
+    import errno
+
+    monkeypatch.setattr(LOADING.time, "sleep", lambda s: None)
+    real, calls = LOADING.dcp_load, []
+
+    def read(state, path):
+        calls.append(path.name)
+        if fails(path, len(calls)):
+            raise OSError(errno.EIO, "Input/output error", str(path / "__0_0.distcp"))
+        return real(state, path)
+
+    monkeypatch.setattr(LOADING, "dcp_load", read)
+    return calls
+
+
 def test_a_passing_io_error_is_retried_before_the_checkpoint_counts_as_damaged(
     tmp_path, monkeypatch, caplog
 ):
     """An NFS/Lustre hiccup (EIO) while reading the newest checkpoint used to rename a good
     checkpoint .corrupt and resume from the one before."""
-    import errno
-
-    loading = importlib.import_module("training.checkpoint.load")  # the package exports load()
-
     save_steps_2_and_4(tmp_path)
-    monkeypatch.setattr(loading.time, "sleep", lambda s: None)
-    real, calls = loading.dcp_load, []
-
-    def flaky(state, path):
-        calls.append(path.name)
-        if len(calls) <= 2:  # the first two reads fail, the third succeeds
-            raise OSError(errno.EIO, "Input/output error", str(path / "__0_0.distcp"))
-        return real(state, path)
-
-    monkeypatch.setattr(loading, "dcp_load", flaky)
+    calls = reads_failing_with_eio(monkeypatch, lambda path, n: n <= 2)  # the third read works
     model, optimizer = tiny_model_and_optimizer()
     with caplog.at_level(logging.WARNING, logger="training.checkpoint"):
         path, trainer_state, _ = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
@@ -219,23 +227,10 @@ def test_a_passing_io_error_is_retried_before_the_checkpoint_counts_as_damaged(
 
 
 def test_an_io_error_that_does_not_pass_falls_back_after_the_retries(tmp_path, monkeypatch):
-    import errno
-
-    loading = importlib.import_module("training.checkpoint.load")  # the package exports load()
-
     save_steps_2_and_4(tmp_path)
-    monkeypatch.setattr(loading.time, "sleep", lambda s: None)
-    real, calls = loading.dcp_load, []
-
-    def broken_newest(state, path):
-        calls.append(path.name)
-        if path.name == "step_000004":
-            raise OSError(errno.EIO, "Input/output error")
-        return real(state, path)
-
-    monkeypatch.setattr(loading, "dcp_load", broken_newest)
+    calls = reads_failing_with_eio(monkeypatch, lambda path, n: path.name == "step_000004")
     model, optimizer = tiny_model_and_optimizer()
     path, _, _ = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
     assert path.name == "step_000002"
-    assert calls == ["step_000004"] * (1 + loading.IO_RETRIES) + ["step_000002"]
+    assert calls == ["step_000004"] * (1 + LOADING.IO_RETRIES) + ["step_000002"]
     assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
