@@ -107,22 +107,34 @@ def during_training(
     tokenizer,
     tasks: list[str],
     limit: int | None,
-    include_path: str | None,
-    device: torch.device,
+    data_dir: str,
+    task_dir: Path,
+    env,
     add_bos: bool = False,
     batch_size: int = 8,
 ) -> dict[str, float] | None:
     """lm-eval on the model being trained (the trainer's ``trainer.downstream_every``): every
     rank scores its share of the documents and rank 0 gets the metrics, as
     ``downstream/<task>/<metric>`` (lm-eval's filter dropped where it is ``none``); the other
-    ranks get None. ``model`` is the bare model (under FSDP2 its forwards gather the shards);
-    the caller puts it back in training mode."""
+    ranks get None. With ``data_dir`` (upstream benchmark files) the local copies of the tasks
+    are built once into ``task_dir`` and used offline. ``model`` is the bare model (under
+    FSDP2 its forwards gather the shards); the caller puts it back in training mode."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     from eval.harness import ProjectLM
+    from training import distributed
 
-    lm = ProjectLM(model, tokenizer, batch_size, str(device), add_bos=add_bos)
+    include_path = None
+    if data_dir:
+        include_path = str(task_dir)
+        if env.is_main and not task_dir.is_dir():
+            from eval.local_tasks import build_local_tasks
+
+            build_local_tasks(data_dir, task_dir)
+        distributed.barrier()
+        tasks = [f"local_{name}" for name in tasks]
+    lm = ProjectLM(model, tokenizer, batch_size, str(env.device), add_bos=add_bos)
     if include_path:
         manager = TaskManager(include_path=include_path, include_defaults=False)
     else:

@@ -7,7 +7,6 @@ over its global batch, the same number whatever the world size (see ``tests/test
 from __future__ import annotations
 
 import gc
-import itertools
 import logging
 import math
 import os
@@ -17,15 +16,15 @@ from pathlib import Path
 
 import torch
 
-from data import build_loader, build_validation_loader, load_tokenizer, restore_loader
+from data import build_loader, load_tokenizer, restore_loader
 from data import counters as data_counters
 from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint, distributed
 from training.axes import refuse_other_runs_checkpoints, write_axes
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
 from training.config import ExperimentConfig, validate
-from training.diagnostics import diagnostic_scalars, mlp_diagnostics
 from training.grad_norms import per_layer_grad_norms
+from training.measurements import Measurements
 from training.metrics import (
     MetricsLogger,
     alpha_scalars,
@@ -36,6 +35,7 @@ from training.optim import build_optimizer, set_learning_rate
 from training.parallelize import parallelize, plan_from_config
 from training.preemption import (
     EXIT_PREEMPTED,
+    REQUEUE,
     Preemption,
     parse_debug_signal,
     requeue_or_exit_code,
@@ -44,8 +44,7 @@ from training.profiling import StepProfiler
 from training.schedule import learning_rate
 from training.spikes import SpikeMonitor
 from training.step import train_step
-from training.summary import entropy_of, run_summary, target_counts
-from training.validation import validation_loss
+from training.summary import run_summary, validation_entropy
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +71,13 @@ class Trainer:
         self.run_dir = Path(t.run_dir)
         self.accumulation = t.global_batch // (t.micro_batch * self.env.world_size)
         self.tokenizer = load_tokenizer(config.data.tokenizer)
-        self.validation_batches: list[dict] | None = None
         model = build_model(config, self.tokenizer.vocab_size, self.env.device)
         self.model_config = model.config
         model.z_loss = config.optim.z_loss  # in training only: Llama drops it in eval()
         self.model = parallelize(model, self.env, plan_from_config(t, self.env.device))
         self.optimizer = build_optimizer(self.model.bare, config.optim, self.env.device)
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
+        self.measure = Measurements(config, self.env, self.model, self.tokenizer, self.run_dir)
         self.step, self.tokens, self.skipped, self.bad_in_a_row = 0, 0, 0, 0
         self.missed_eval = False
         self.spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
@@ -137,14 +136,8 @@ class Trainer:
                 if self._should(self.config.logging.diagnostics_every) or self.step == t.steps:
                     self._diagnose()
                 self._debug_signal()
-                # a preemption signal goes straight to the checkpoint: the grace period is short
-                # (0: none, 1: stop, 2: stop and requeue, the highest over the ranks)
-                wish = (
-                    2
-                    if self.preemption.wants_requeue
-                    else int(self.preemption.requested is not None)
-                )
-                wish = int(distributed.all_reduce_max([float(wish)], env.device)[0])
+                # a stop signal goes straight to the checkpoint: the grace period is short
+                wish = self.preemption.agreed_wish(env.device)
                 preempted = wish > 0
                 if preempted and env.is_main:
                     log.warning(
@@ -165,7 +158,7 @@ class Trainer:
                 if preempted:
                     self.writer.wait()  # on disk and published before the job goes away
                     exit_code = EXIT_PREEMPTED
-                    if wish == 2 and env.is_main:
+                    if wish == REQUEUE and env.is_main:
                         log.warning("stopping at step %d; requeueing the job", self.step)
                         exit_code = requeue_or_exit_code()
                     elif env.is_main:
@@ -186,17 +179,15 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
         if exit_code == 0 and self.step == t.steps:
-            # the unigram entropy of the whole validation slice: every rank's share
-            counts = target_counts(self.validation_batches or [], self.model_config.vocab_size)
-            counts = torch.tensor(distributed.all_reduce_sum(counts.tolist(), env.device))
+            entropy = validation_entropy(self.measure.batches, self.model_config, env.device)
             if env.is_main:
                 summary = run_summary(
                     self.model.bare,
                     self.tokenizer,
-                    self.validation_batches,
+                    self.measure.batches,
                     self.run_dir,
                     self.config,
-                    entropy=entropy_of(counts),
+                    entropy=entropy,
                 )
                 print("\n".join(summary), flush=True)  # the user's closing screen, not a log
         return exit_code
@@ -278,71 +269,23 @@ class Trainer:
         return metrics
 
     # ----------------------------------------------------------------------------------------
-    def _held_out(self) -> list[dict]:
-        """This rank's validation batches: tokenized and packed once, reused every eval."""
-        if self.validation_batches is None:
-            t, env = self.config.trainer, self.env
-            loader = build_validation_loader(
-                self.config.data, t.micro_batch, env.rank, env.world_size
-            )
-            self.validation_batches = list(itertools.islice(loader, t.eval_batches or None))
-        return self.validation_batches
-
     def _evaluate(self) -> None:
-        t, env = self.config.trainer, self.env
-        batches = self._held_out()
-        self.model.eval()
-        shape = (t.micro_batch, self.config.data.seq_len)
-        result = validation_loss(self.model, batches, env.device, shape, self.model.autocast)
-        self.model.train()
-        if env.is_main and result["tokens"]:
-            # val/tokens says what the number covers: eval_batches > 0 is a part of the slice
-            record = {"val/loss": result["loss"], "val/perplexity": result["perplexity"]}
-            self.logger.log(self.step, {**record, "val/tokens": result["tokens"]})
+        record = self.measure.validation()
+        if self.env.is_main and record:
+            self.logger.log(self.step, record)
 
     def _downstream(self) -> None:
-        """lm-eval's tasks on the model as it is now (``eval.downstream.during_training``)."""
-        from eval.downstream import during_training
-
-        t, env = self.config.trainer, self.env
-        include = None
-        if t.downstream_data:
-            include = str(self.run_dir / "downstream_tasks")
-            if env.is_main and not Path(include).is_dir():
-                from eval.local_tasks import build_local_tasks
-
-                build_local_tasks(t.downstream_data, include)
-            distributed.barrier()
-        tasks = [f"local_{n}" if include else n for n in t.downstream_tasks]
-        started = time.perf_counter()
-        results = during_training(
-            self.model.bare,
-            self.tokenizer,
-            tasks,
-            t.downstream_limit,
-            include,
-            env.device,
-            self.config.data.tokenizer.add_bos,
-            t.micro_batch,
-        )
-        self.model.train()
-        if env.is_main:
-            seconds = time.perf_counter() - started
-            self.logger.log(self.step, {**results, "downstream/seconds": seconds}, console=False)
-            shown = ", ".join(f"{k[len('downstream/') :]} {v:.3g}" for k, v in results.items())
-            log.info("step %d downstream (%.0f s): %s", self.step, seconds, shown)
+        record = self.measure.downstream()
+        if self.env.is_main:
+            self.logger.log(self.step, record, console=False)
+            shown = ", ".join(f"{k[len('downstream/') :]} {v:.3g}" for k, v in record.items())
+            log.info("step %d downstream: %s", self.step, shown)
 
     def _diagnose(self) -> None:
-        if not self.config.logging.diagnostics_every:
-            return
-        t = self.config.trainer
-        batches = self._held_out()
-        shape = (t.micro_batch, self.config.data.seq_len)
-        per_layer = mlp_diagnostics(
-            self.model, batches[0] if batches else None, self.env.device, shape
-        )
-        if self.env.is_main:
-            self.logger.log(self.step, diagnostic_scalars(per_layer), console=False)
+        if self.config.logging.diagnostics_every:
+            record = self.measure.diagnostics()
+            if self.env.is_main:
+                self.logger.log(self.step, record, console=False)
 
     def _log(self, metrics: dict, step_time: float, eta: float) -> None:
         per_layer = self.model.activation_scalars()  # a collective under FSDP: every rank
@@ -443,7 +386,7 @@ class Trainer:
         cores). Freed here, the group outlives it and ``destroy_process_group`` ends the group
         without the GIL.
         """
-        self.model = self.optimizer = None
+        self.model = self.optimizer = self.measure = None
         gc.collect()
 
     def _config_dict(self) -> dict:

@@ -26,6 +26,7 @@ import subprocess
 log = logging.getLogger(__name__)
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: try again later
+STOP, REQUEUE = 1, 2  # what the ranks agree on (0: go on)
 REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 STOP_SIGNALS = (signal.SIGTERM,)
 
@@ -44,6 +45,14 @@ class Preemption:
     @property
     def wants_requeue(self) -> bool:
         return self.requested in REQUEUE_SIGNALS
+
+    def agreed_wish(self, device) -> int:
+        """0 (go on), ``STOP`` or ``REQUEUE``: the strongest wish over the ranks (a collective;
+        a rank may get the signal later than another)."""
+        from training import distributed
+
+        own = REQUEUE if self.wants_requeue else STOP if self.requested is not None else 0
+        return int(distributed.all_reduce_max([float(own)], device)[0])
 
     def uninstall(self) -> None:
         for sig, handler in self._previous.items():

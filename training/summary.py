@@ -46,6 +46,15 @@ def entropy_of(counts: torch.Tensor) -> float:
     return float(-(p * p.log()).sum())
 
 
+def validation_entropy(batches: list[dict] | None, model_config, device) -> float:
+    """The unigram entropy of the whole validation slice: every rank's share of it (a
+    collective: every rank calls it)."""
+    from training import distributed
+
+    counts = target_counts(batches or [], model_config.vocab_size)
+    return entropy_of(torch.tensor(distributed.all_reduce_sum(counts.tolist(), device)))
+
+
 def unigram_entropy(batches: Iterable[dict]) -> float:
     """The entropy, in nats per token, of the empirical distribution of the batches' targets
     (``IGNORE_INDEX`` excluded). ``nan`` when there are no targets."""

@@ -1,0 +1,82 @@
+"""What the trainer measures besides the training loss, at the points the loop chooses.
+
+Validation loss on the held-out slice, the activation's per-layer regime
+(``training.diagnostics``) and lm-eval's downstream tasks (``eval.downstream``). Each method is
+called on every rank (each is a collective under DDP and FSDP2) and returns the record rank 0
+logs, so the loop keeps one place where things are logged and none where they are measured.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+from data import build_validation_loader
+from training.config import ExperimentConfig
+from training.diagnostics import diagnostic_scalars, mlp_diagnostics
+from training.distributed import Env
+from training.validation import validation_loss
+
+
+class Measurements:
+    def __init__(self, config: ExperimentConfig, env: Env, model, tokenizer, run_dir: Path):
+        self.config, self.env, self.model, self.tokenizer = config, env, model, tokenizer
+        self.run_dir = run_dir
+        self.batches: list[dict] | None = None
+        self.shape = (config.trainer.micro_batch, config.data.seq_len)
+
+    def held_out(self) -> list[dict]:
+        """This rank's validation batches: tokenized and packed once, reused every time."""
+        if self.batches is None:
+            t, env = self.config.trainer, self.env
+            loader = build_validation_loader(
+                self.config.data, t.micro_batch, env.rank, env.world_size
+            )
+            self.batches = list(itertools.islice(loader, t.eval_batches or None))
+        return self.batches
+
+    def validation(self) -> dict:
+        """``val/loss``, ``val/perplexity`` and ``val/tokens`` (what the number covers:
+        ``trainer.eval_batches`` > 0 is a part of the slice); empty for an empty slice."""
+        model = self.model
+        model.eval()
+        result = validation_loss(
+            model, self.held_out(), self.env.device, self.shape, model.autocast
+        )
+        model.train()
+        if not result["tokens"]:
+            return {}
+        return {
+            "val/loss": result["loss"],
+            "val/perplexity": result["perplexity"],
+            "val/tokens": result["tokens"],
+        }
+
+    def diagnostics(self) -> dict:
+        """``diag/<statistic>/layer_NN`` on the first held-out batch."""
+        batches = self.held_out()
+        first = batches[0] if batches else None
+        return diagnostic_scalars(mlp_diagnostics(self.model, first, self.env.device, self.shape))
+
+    def downstream(self) -> dict:
+        """``downstream/<task>/<metric>`` and ``downstream/seconds`` (rank 0; empty elsewhere)."""
+        from eval.downstream import during_training
+
+        t = self.config.trainer
+        started = time.perf_counter()
+        results = during_training(
+            self.model.bare,
+            self.tokenizer,
+            t.downstream_tasks,
+            t.downstream_limit,
+            t.downstream_data,
+            self.run_dir / "downstream_tasks",
+            self.env,
+            self.config.data.tokenizer.add_bos,
+            t.micro_batch,
+        )
+        self.model.train()
+        if results is None:
+            return {}
+        return {**results, "downstream/seconds": time.perf_counter() - started}
