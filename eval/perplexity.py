@@ -6,9 +6,11 @@
     torchrun --nproc_per_node=4 -m eval.perplexity RUN               # ranks split the documents
 
 By default the run's own data config is used, so the slice is exactly the one training held
-out (the same for every run of that data config). The loss is ``training.validation``'s, the
-trainer's own, so it equals the run's logged ``val/loss`` and does not depend on batch size or
-world size.
+out (the same for every run of that data config), all of it unless ``--batches`` says
+otherwise. The loss is ``training.validation``'s, the trainer's own, so it equals the run's
+logged ``val/loss`` when the run validated on the whole slice too (``trainer.eval_batches=0``);
+a run with ``trainer.eval_batches=N`` logs the loss of the first N batches per rank, and says
+so (``val/tokens``, and the closing line). It does not depend on batch size or world size.
 """
 
 from __future__ import annotations

@@ -93,3 +93,21 @@ def test_a_failing_sample_does_not_fail_the_finished_run(tiny, tmp_path):
 
     lines = run_summary(model, Broken(), [batch([1, 2])], tmp_path, config, val_loss=0.5)
     assert lines[1] == "sample: not drawn (RuntimeError: no vocabulary file)"
+
+
+def test_the_closing_line_says_what_the_validation_loss_covers(tiny, tmp_path):
+    """The quickstart's closing 2.142 covered 4 batches (8k tokens) while eval.perplexity's
+    1.980 covered the whole slice, and nothing said so."""
+    from dataclasses import replace
+
+    model, tokenizer, config = tiny
+    record = {"step": 100, "val/loss": 1.5, "val/tokens": 8192}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    batches = [batch([1, 2, 3])]
+    part = replace(config, trainer=replace(config.trainer, eval_batches=4))
+    (line, *_) = run_summary(model, tokenizer, batches, tmp_path, part, max_new_tokens=2)
+    assert "Over 8,192 held-out tokens, the first trainer.eval_batches=4 batches" in line
+    assert f"python -m eval.perplexity {tmp_path} scores the whole slice" in line
+    whole = replace(config, trainer=replace(config.trainer, eval_batches=0))
+    (line, *_) = run_summary(model, tokenizer, batches, tmp_path, whole, max_new_tokens=2)
+    assert line.endswith("Over the whole held-out slice (8,192 tokens).")

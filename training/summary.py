@@ -64,14 +64,27 @@ def unigram_entropy(batches: Iterable[dict]) -> float:
     return entropy_of(target_counts(batches, vocab)) if vocab else math.nan
 
 
-def last_validation_loss(run_dir: str | Path) -> float | None:
-    """The newest ``val/loss`` the run logged to ``metrics.jsonl``."""
+def last_validation(run_dir: str | Path) -> dict | None:
+    """The newest validation record the run logged to ``metrics.jsonl`` (``val/loss``, and
+    ``val/tokens``: what it covers)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return None
-    losses = [json.loads(line).get("val/loss") for line in path.read_text().splitlines()]
-    losses = [v for v in losses if v is not None]
-    return losses[-1] if losses else None
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records = [r for r in records if "val/loss" in r]
+    return records[-1] if records else None
+
+
+def coverage(tokens: int | None, eval_batches: int, run_dir: str | Path) -> str:
+    """What a logged validation loss covers: all of the held-out slice, or a part of it."""
+    if tokens is None:
+        return ""
+    if not eval_batches:
+        return f" Over the whole held-out slice ({tokens:,} tokens)."
+    return (
+        f" Over {tokens:,} held-out tokens, the first trainer.eval_batches={eval_batches} "
+        f"batches per rank; python -m eval.perplexity {run_dir} scores the whole slice."
+    )
 
 
 def loss_line(val_loss: float | None, entropy: float, tokenizer_name: str) -> str:
@@ -160,12 +173,15 @@ def run_summary(
     ``metrics.jsonl``; ``entropy`` to that of ``validation_batches``' targets (the trainer
     passes the one of every rank's share: ``target_counts`` summed over ranks).
     """
+    tokens = None
     if val_loss is None:
-        val_loss = last_validation_loss(run_dir)
+        last = last_validation(run_dir) or {}
+        val_loss, tokens = last.get("val/loss"), last.get("val/tokens")
     if entropy is None:
         entropy = unigram_entropy(validation_batches or [])
+    covered = coverage(tokens, config.trainer.eval_batches, run_dir) if val_loss else ""
     return [
-        loss_line(val_loss, entropy, tokenizer.name),
+        loss_line(val_loss, entropy, tokenizer.name) + covered,
         sample_line(model, tokenizer, config.data.tokenizer.add_bos, max_new_tokens),
         *next_commands(run_dir, config),
     ]
