@@ -33,7 +33,7 @@ def _plain(value):
     return value
 
 
-def _saved_axes(run_dir: Path, keys) -> dict | None:
+def _saved_axes(run_dir: Path, keys) -> dict:
     """What the run that wrote ``run_dir``'s checkpoints had for ``keys``: from ``axes.json``,
     or, for a key it does not list, from the ``config.yaml`` the run saved."""
     saved = {}
@@ -54,7 +54,7 @@ def _saved_axes(run_dir: Path, keys) -> dict | None:
 
 
 def refuse_other_runs_checkpoints(run_dir: str | Path, config) -> None:
-    """Raise ``ValueError`` when ``run_dir`` holds checkpoints of a run whose axes differ.
+    """Raise ``ConfigError`` when ``run_dir`` holds checkpoints of a run whose axes differ.
 
     Called before anything is written. A directory without checkpoints is free to take.
     """
