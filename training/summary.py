@@ -80,9 +80,9 @@ def coverage(tokens: int | None, eval_batches: int, run_dir: str | Path) -> str:
     if tokens is None:
         return ""
     if not eval_batches:
-        return f" Over the whole held-out slice ({tokens:,} tokens)."
+        return f". Over the whole held-out slice ({tokens:,} tokens)."
     return (
-        f" Over {tokens:,} held-out tokens, the first trainer.eval_batches={eval_batches} "
+        f". Over {tokens:,} held-out tokens, the first trainer.eval_batches={eval_batches} "
         f"batches per rank; python -m eval.perplexity {run_dir} scores the whole slice."
     )
 
