@@ -21,7 +21,7 @@ from train_helpers import (
     run_in_process,
     tiny_overrides,
 )
-from training import checkpoint, loop
+from training import checkpoint, loop, measurements
 from training.checkpoint import CheckpointWriter
 
 
@@ -62,13 +62,13 @@ def test_sigterm_during_validation_or_a_save_ends_with_a_valid_checkpoint(
     """The handler only sets a flag: the pass or the save in progress completes, the next step
     checkpoints and the run exits to be requeued; the rerun reproduces every loss."""
     if during == "validation":  # the first validation pass is at step 6
-        validation_loss = loop.validation_loss
+        validation_loss = measurements.validation_loss
 
         def interrupted(*args, **kwargs):
             sigterm_to_self()
             return validation_loss(*args, **kwargs)
 
-        target, replacement, stopped_at = loop, ("validation_loss", interrupted), 7
+        target, replacement, stopped_at = measurements, ("validation_loss", interrupted), 7
     else:  # the checkpoint of step 4
         write = CheckpointWriter._write_small_files
 

@@ -140,7 +140,7 @@ def test_the_sbatch_script_trains_and_resumes_on_two_nodes_like_one_node(corpus,
     }
     first = tiny_overrides(corpus, run_dir, **{**extra, "trainer.debug_signal": "SIGKILL@6@1"})
     done = subprocess.run(
-        ["bash", str(SCRIPT), *first], env=env, capture_output=True, text=True, timeout=150
+        ["bash", str(SCRIPT), *first], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode != 0  # rank 1 killed at step 6: the step fails, as on a cluster
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000004"]
