@@ -99,11 +99,18 @@ def test_fsdp2_bf16_keeps_and_logs_the_activation_scalars_in_fp32(corpus, tmp_pa
     """FSDP2 gathered a block's raw alphas in bf16 with its matrices: softplus ran on
     bf16-rounded values and the logged alphas were bf16 (0.80095, 0.80045, 0.80191 and 0.80090
     all logged as 0.80078125). Kept in fp32, an FSDP2 run follows the DDP run of the same model,
-    and logs the values its fp32 parameters hold."""
+    and logs the values its fp32 parameters hold.
+
+    The same two runs check the per-layer gradient norms: FSDP2 holds each gradient as a
+    DTensor shard per rank, whose squares are summed over ranks, and must log DDP's norms
+    (whole reduced gradients; ``tests/test_grad_norms.py`` checks them against a hand
+    computation)."""
+    from grad_norm_records import norms
+
     from training.checkpoint import load_trained_model
     from training.metrics import alpha_scalars
 
-    runs = {}
+    runs, grad_norms = {}, {}
     for parallelism in ("ddp", "fsdp"):
         run_dir = tmp_path / parallelism
         overrides = tiny_overrides(
@@ -116,11 +123,18 @@ def test_fsdp2_bf16_keeps_and_logs_the_activation_scalars_in_fp32(corpus, tmp_pa
                 "trainer.eval_every": 0,
                 "trainer.checkpoint_every": 0,
                 "optim.lr": 0.01,  # the alphas move by ~lr per step: well off their init
+                "logging.grad_norms_every": 3,
             },
         )
         code, output = run(overrides, torchrun=2, timeout=240)
         assert code == 0, output[-3000:]
         runs[parallelism] = _alphas(run_dir, 6)
+        grad_norms[parallelism] = norms(run_dir)
+    assert sorted(grad_norms["ddp"]) == [3, 6] and len(grad_norms["ddp"][3]) == 6
+    # step 3 to fp32 summation order; by step 6 the two bf16 trajectories have drifted apart
+    # (reduce-scatter vs all-reduce order, then bf16 rounding) by a few 1e-3
+    assert grad_norms["fsdp"][3] == pytest.approx(grad_norms["ddp"][3], rel=1e-5)
+    assert grad_norms["fsdp"][6] == pytest.approx(grad_norms["ddp"][6], rel=1e-2)
     ddp, fsdp = runs["ddp"], runs["fsdp"]
     assert len(fsdp) == 4 and fsdp.keys() == ddp.keys()  # alpha_p and alpha_n of 2 layers
     for key, value in ddp.items():
