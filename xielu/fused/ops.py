@@ -51,9 +51,7 @@ TRITON_AVAILABLE = _probe_triton()
 CPP_COMPILER_AVAILABLE = _probe_cpp_compiler()
 
 
-def resolve_backend(
-    backend: str, device: torch.device, dtype: torch.dtype = torch.float32
-) -> str:
+def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype = torch.float32) -> str:
     """The concrete kernel set for a tensor on ``device`` of ``dtype``; validates the name.
 
     The Triton kernels compute in fp32, so float64 goes to the torch formulas, which keep it
