@@ -13,6 +13,7 @@ Generation decodes ``batch_size`` requests together with a KV cache (``model/sam
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from lm_eval.api.model import LM
 from tqdm import tqdm
@@ -31,8 +32,6 @@ class ProjectLM(LM):
         add_bos: bool = False,
     ):
         super().__init__()
-        import torch.distributed as dist
-
         # lm-eval shares the documents out by rank and gathers the metrics (evaluator.evaluate);
         # under torch.distributed every rank takes its share (the trainer's in-loop evaluation)
         if dist.is_initialized():
@@ -43,27 +42,20 @@ class ProjectLM(LM):
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.batch_size_per_call = batch_size
-        self.device_ = torch.device(device)
         self.max_length = model.config.max_seq_len
 
     # ---- lm-eval's collectives, for several ranks -----------------------------------------
     def all_gather(self, tensor):
-        import torch.distributed as dist
-
         parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
         dist.all_gather(parts, tensor)
         return torch.stack(parts) if tensor.dim() == 0 else torch.cat(parts)
 
     def gather_object(self, obj, dst=0):
-        import torch.distributed as dist
-
         out = [None] * self.world_size if self.rank == dst else None
         dist.gather_object(obj, out, dst=dst)
         return out
 
     def barrier(self) -> None:
-        import torch.distributed as dist
-
         dist.barrier()
 
     # ---- helpers -------------------------------------------------------------------------
@@ -87,7 +79,7 @@ class ProjectLM(LM):
             inputs = torch.full((len(rows), width), self.tokenizer.eos_id, dtype=torch.long)
             for i, (ids, _) in enumerate(rows):
                 inputs[i, : len(ids) - 1] = torch.tensor(ids[:-1])
-            logprobs = F.log_softmax(self.model(inputs.to(self.device_)).float(), dim=-1).cpu()
+            logprobs = F.log_softmax(self.model(inputs.to(self.device)).float(), dim=-1).cpu()
             for i, (ids, n) in enumerate(rows):
                 end = len(ids) - 1
                 targets = torch.tensor(ids[end - n + 1 : end + 1])

@@ -68,3 +68,17 @@ def test_two_ranks_each_score_a_share_and_report_the_whole(corpus, tmp_path):
     logged = _logged(tmp_path)
     final = {k: v for k, v in logged[12].items() if k.endswith(("/acc", "/acc_norm"))}
     assert final == pytest.approx(_offline(tmp_path, 12), abs=1e-12)
+
+
+def test_generative_tasks_are_refused_under_fsdp2_naming_the_key(corpus, tmp_path):
+    """Generation stops when it stops: the ranks' forwards differ in number, and under FSDP2
+    every forward is a collective."""
+    from train_helpers import compose
+    from training.config import ConfigError, validate
+
+    overrides = _overrides(corpus, tmp_path, **{"trainer.downstream_tasks": "[piqa,gsm8k]"})
+    fsdp, _ = compose([*overrides, "trainer.parallelism=fsdp"])
+    with pytest.raises(ConfigError, match=r"trainer\.downstream_tasks: gsm8k generate text"):
+        validate(fsdp, world_size=2)
+    ddp, _ = compose(overrides)
+    validate(ddp, world_size=2)  # DDP evaluates the bare model: no collective per forward

@@ -256,7 +256,7 @@ def test_downstream_runs_the_model_on_the_device_and_batch_size_it_is_given(lm, 
         return lm.model, config, 7
 
     def simple_evaluate(model, tasks, **kwargs):
-        seen["adapter"] = (model.device_, model.batch_size_per_call)
+        seen["adapter"] = (model.device, model.batch_size_per_call)
         seen["parameters_on"] = {p.device.type for p in model.model.parameters()}
         return {"results": {"piqa": {"acc,none": 0.5}}}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from data.config import DataConfig
+from eval.downstream import UNEVEN_TASKS
 from model.config import ModelConfig
 from training.preemption import parse_debug_signal
 
@@ -325,7 +326,7 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
             f"trainer.spike_threshold={t.spike_threshold} positive"
         )
     if t.downstream_every and t.parallelism == "fsdp" and world_size > 1:
-        uneven = sorted(set(t.downstream_tasks) & {"triviaqa", "gsm8k"})
+        uneven = sorted(set(t.downstream_tasks) & UNEVEN_TASKS)
         if uneven:
             raise ConfigError(
                 f"trainer.downstream_tasks: {', '.join(uneven)} generate text, whose forwards "

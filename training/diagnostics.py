@@ -17,7 +17,6 @@ different runs see the same tokens, and every rank's share is summed before divi
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -94,7 +93,7 @@ def mlp_diagnostics(
     was_training = model.bare.training
     model.eval()
     try:
-        with _eager(), model.autocast():
+        with torch.compiler.set_stance("force_eager"), model.autocast():
             # the loss path: full logits would be batch x seq x vocab
             model(batch["inputs"], batch["targets"], batch.get("document_ids"))
     finally:
@@ -103,11 +102,6 @@ def mlp_diagnostics(
         model.train(was_training)
     flat = distributed.all_reduce_sum(sums.flatten().tolist(), device)
     return [statistics_from_sums(flat[i * _SUMS : (i + 1) * _SUMS]) for i in range(len(layers))]
-
-
-def _eager() -> contextlib.AbstractContextManager:
-    set_stance = getattr(torch.compiler, "set_stance", None)
-    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
 def diagnostic_scalars(per_layer: list[dict[str, float]]) -> dict[str, float]:

@@ -23,6 +23,8 @@ import os
 import signal
 import subprocess
 
+from training import distributed
+
 log = logging.getLogger(__name__)
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: try again later
@@ -49,8 +51,6 @@ class Preemption:
     def agreed_wish(self, device) -> int:
         """0 (go on), ``STOP`` or ``REQUEUE``: the strongest wish over the ranks (a collective;
         a rank may get the signal later than another)."""
-        from training import distributed
-
         own = REQUEUE if self.wants_requeue else STOP if self.requested is not None else 0
         return int(distributed.all_reduce_max([float(own)], device)[0])
 

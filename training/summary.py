@@ -19,6 +19,7 @@ import torch
 from model import Llama
 from model.hf import UnsupportedExportError, hf_activation_name, hf_model_type
 from model.sampling import SamplingConfig, document_start, generate
+from training import distributed
 from training.config import ExperimentConfig
 from training.validation import IGNORE_INDEX
 
@@ -49,8 +50,6 @@ def entropy_of(counts: torch.Tensor) -> float:
 def validation_entropy(batches: list[dict] | None, model_config, device) -> float:
     """The unigram entropy of the whole validation slice: every rank's share of it (a
     collective: every rank calls it)."""
-    from training import distributed
-
     counts = target_counts(batches or [], model_config.vocab_size)
     return entropy_of(torch.tensor(distributed.all_reduce_sum(counts.tolist(), device)))
 

@@ -83,8 +83,9 @@ def point_overrides(sweep: dict, grid: dict) -> list[str]:
     gives each of its jobs its own directory."""
     fixed = dict(o.split("=", 1) for o in grid["overrides"])
     base = fixed.get("trainer.run_dir", RUN_DIR)
+    varying = varying_keys(sweep)
     parts = []
-    for key in varying_keys(sweep):
+    for key in varying:
         name = key.lstrip("+~")
         if name in IN_BASE_RUN_DIR:
             continue
@@ -94,7 +95,7 @@ def point_overrides(sweep: dict, grid: dict) -> list[str]:
             value = fixed.get(key, "default")
         parts.append(f"_{name.rsplit('.', 1)[-1]}-{value}")
     axes = list(DEFAULT_AXES)
-    for key in varying_keys(sweep):
+    for key in varying:
         name = GROUP_KEYS.get(key.lstrip("+~"), key.lstrip("+~"))
         if "." in name and name not in axes:
             axes.append(name)
