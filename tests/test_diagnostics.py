@@ -141,6 +141,10 @@ def test_a_run_refuses_the_checkpoints_of_a_run_with_other_axes(corpus, tmp_path
         run_in_process([*base, "optim.lr=0.004"])
     assert (tmp_path / "metrics.jsonl").read_text() == before  # nothing written
     assert json.loads((tmp_path / "axes.json").read_text()) == axes
+    # a damaged axes.json (a crash while writing it): the saved config.yaml still refuses
+    (tmp_path / "axes.json").write_text('{"optim.l')
+    with pytest.raises(ValueError, match=r"optim\.lr=0\.002.*optim\.lr=0\.004"):
+        run_in_process([*base, "optim.lr=0.004"])
     # a changed key that is not an axis resumes (and trains on to the new end)
     assert run_in_process([*base, "optim.lr=0.002", "trainer.steps=6"]) == 0
     assert max(r["step"] for r in metrics(tmp_path)) == 6

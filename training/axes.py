@@ -11,6 +11,7 @@ axes differ from the ones of the checkpoints it finds refuses to start, naming t
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -19,6 +20,7 @@ from training.checkpoint.layout import CONFIG_FILE, complete_checkpoints
 from training.config import ConfigError, config_value
 
 AXES_FILE = "axes.json"
+log = logging.getLogger(__name__)
 _MISSING = object()
 
 
@@ -39,7 +41,10 @@ def _saved_axes(run_dir: Path, keys) -> dict:
     saved = {}
     axes_file = run_dir / AXES_FILE
     if axes_file.is_file():
-        saved = json.loads(axes_file.read_text())
+        try:
+            saved = json.loads(axes_file.read_text())
+        except json.JSONDecodeError:  # a crash while it was written: config.yaml says the same
+            log.warning("%s is damaged; reading the run's axes from %s", axes_file, CONFIG_FILE)
     config_file = run_dir / CONFIG_FILE
     yaml = OmegaConf.load(config_file) if config_file.is_file() else None
     out = {}
@@ -80,4 +85,8 @@ def _same(a, b) -> bool:
 
 
 def write_axes(run_dir: str | Path, config) -> None:
-    (Path(run_dir) / AXES_FILE).write_text(json.dumps(axes_of(config), indent=1) + "\n")
+    """Written whole or not at all (a temporary file renamed over the old one)."""
+    target = Path(run_dir) / AXES_FILE
+    tmp = target.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(axes_of(config), indent=1) + "\n")
+    tmp.replace(target)

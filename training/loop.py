@@ -97,6 +97,9 @@ class Trainer:
     def run(self) -> int:
         env, t = self.env, self.config.trainer
         refuse_other_runs_checkpoints(self.run_dir, self.config)  # before anything is written
+        # every rank has read the old axes.json and config.yaml before rank 0 rewrites them: a
+        # rank reading a half-written file would fail while the others wait at the barrier
+        distributed.barrier()
         if env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(self.config_yaml)
