@@ -7,6 +7,7 @@ import pytest
 
 from train_helpers import metrics, run_in_process, tiny_overrides
 from training.spikes import MIN_HISTORY, SpikeMonitor
+from training.step_health import NonFiniteTrainingError, StepHealth
 
 
 def feed(monitor, series, skip=False):
@@ -61,6 +62,33 @@ def test_skipped_spikes_stay_out_of_the_window():
     skipped = SpikeMonitor(window=10, threshold=6.0)
     assert feed(kept, series) == [20]  # recorded, the burst becomes the norm
     assert feed(skipped, series, skip=True) == [20, 21, 22, 23]
+
+
+def test_non_finite_steps_stop_the_run_at_the_limit_and_a_healthy_step_resets_the_count():
+    health = StepHealth(max_bad_steps=2, spikes=None, skip_spikes=False)
+    for step, loss in enumerate([1.0, math.nan, 1.0, math.inf], start=1):
+        update = health.should_update(loss, 1.0)
+        assert update == math.isfinite(loss)
+        health.settle(step, update, loss, 1.0, report=True)
+    assert (health.skipped, health.bad_in_a_row) == (2, 1)
+    assert not health.should_update(1.0, math.nan)
+    with pytest.raises(NonFiniteTrainingError, match=r"2 consecutive.*max_bad_steps=2"):
+        health.settle(5, False, 1.0, math.nan, report=True)
+    assert health.state_dict() == {"skipped": 3, "bad_in_a_row": 2, "spikes": 0}
+
+
+def test_a_skipped_spike_is_counted_as_skipped_but_not_as_a_bad_step():
+    health = StepHealth(max_bad_steps=1, spikes=SpikeMonitor(10, 3.0), skip_spikes=True)
+    series = [1.0 + 0.01 * (i % 3) for i in range(MIN_HISTORY)] + [9.0]
+    updates = []
+    for step, loss in enumerate(series, start=1):
+        updates.append(health.should_update(loss, 1.0))
+        health.settle(step, updates[-1], loss, 1.0, report=False)  # max_bad_steps=1: no raise
+    assert updates == [True] * MIN_HISTORY + [False]
+    assert (health.skipped, health.bad_in_a_row, health.spike_count) == (1, 0, 1)
+    restored = StepHealth(max_bad_steps=1, spikes=SpikeMonitor(10, 3.0), skip_spikes=True)
+    restored.load_state_dict(health.state_dict())
+    assert (restored.skipped, restored.spike_count) == (1, 1)
 
 
 @pytest.mark.slow

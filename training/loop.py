@@ -44,16 +44,13 @@ from training.profiling import StepProfiler
 from training.schedule import learning_rate
 from training.spikes import SpikeMonitor
 from training.step import train_step
+from training.step_health import NonFiniteTrainingError, StepHealth
 from training.summary import run_summary, validation_entropy
 
 log = logging.getLogger(__name__)
 
 EXIT_NON_FINITE = 3
 EXIT_CHECKPOINT_FAILED = 4
-
-
-class NonFiniteTrainingError(RuntimeError):
-    pass
 
 
 def build_model(config: ExperimentConfig, vocab_size: int, device: torch.device) -> Llama:
@@ -78,9 +75,10 @@ class Trainer:
         self.optimizer = build_optimizer(self.model.bare, config.optim, self.env.device)
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
         self.measure = Measurements(config, self.env, self.model, self.tokenizer, self.run_dir)
-        self.step, self.tokens, self.skipped, self.bad_in_a_row = 0, 0, 0, 0
+        self.step, self.tokens = 0, 0
         self.missed_eval = False
-        self.spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
+        spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
+        self.health = StepHealth(t.max_bad_steps, spikes, t.spike_skip)
         self.profiler = StepProfiler(t.profile_steps, t.run_dir, self.env.rank, self.env.device)
         s = config.schedule  # validated at the end of the stable phase, whatever eval_every is
         self.stable_end = t.steps - s.decay_steps if s.name == "wsd" and s.decay_steps else None
@@ -204,21 +202,11 @@ class Trainer:
         seen = {}
 
         def decide(loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> bool:
-            """Update unless the loss or norm is not finite, or is a spike to skip. Every rank
-            agrees: the loss is summed over ranks, the norm already global."""
+            """The loss summed over ranks, so that every rank reaches the same verdict."""
             total = distributed.all_reduce_sum([loss_sum.item()], env.device)[0]
             seen["loss"] = total / (self.accumulation * env.world_size)
             seen["grad_norm"] = float(grad_norm)
-            if not (math.isfinite(seen["loss"]) and math.isfinite(seen["grad_norm"])):
-                return False
-            if self.spikes is None:
-                return True
-            values = {"loss": seen["loss"], "grad_norm": seen["grad_norm"]}
-            seen["spikes"] = self.spikes.check(values)
-            if seen["spikes"] and t.spike_skip:
-                return False
-            self.spikes.record(values)
-            return True
+            return self.health.should_update(seen["loss"], seen["grad_norm"])
 
         result = train_step(
             self.model,
@@ -231,44 +219,12 @@ class Trainer:
             before_clip=self._read_grad_norms if self._should_at_next(every_grad) else None,
         )
         loss_value, grad_norm = seen["loss"], seen["grad_norm"]
-        for spike in seen.get("spikes", []):
-            if env.is_main:
-                log.warning(
-                    "step %d: %s spike %.4g, %.1f standard deviations above the mean %.4g of "
-                    "the last %d steps%s",
-                    self.step + 1,
-                    spike.metric,
-                    spike.value,
-                    spike.zscore,
-                    spike.mean,
-                    len(self.spikes.history[spike.metric]),
-                    "; update skipped (trainer.spike_skip)" if t.spike_skip else "",
-                )
-        if result.stepped:
-            self.bad_in_a_row = 0
-        elif seen.get("spikes") and t.spike_skip:
-            self.skipped += 1
-        else:
-            self.skipped += 1
-            self.bad_in_a_row += 1
-            log.warning(
-                "step %d: non-finite loss %s or gradient norm %s; update skipped (%d in a row)",
-                self.step,
-                loss_value,
-                grad_norm,
-                self.bad_in_a_row,
-            )
-        if self.bad_in_a_row >= t.max_bad_steps:
-            raise NonFiniteTrainingError(
-                f"{self.bad_in_a_row} consecutive steps had a non-finite loss or gradient "
-                f"(trainer.max_bad_steps={t.max_bad_steps}); stopping without checkpointing. "
-                "Lower optim.lr, check the data, or resume from the last checkpoint."
-            )
+        self.health.settle(self.step + 1, result.stepped, loss_value, grad_norm, env.is_main)
         self.step += 1
         self.tokens += t.global_batch * self.config.data.seq_len
         metrics = {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
-        if self.spikes is not None:
-            metrics["spikes"] = self.spikes.count
+        if self.health.spike_count is not None:
+            metrics["spikes"] = self.health.spike_count
         return metrics
 
     # ----------------------------------------------------------------------------------------
@@ -305,7 +261,7 @@ class Trainer:
             "tokens": self.tokens,
             "tokens_per_s": tokens_per_s,
             "step_time_s": step_time,
-            "skipped_steps": self.skipped,
+            "skipped_steps": self.health.skipped,
             "memory_gib": peak_memory_gib(self.env.device),
             "checkpoint_stall_s": self.writer.stall_s,
             "eta_s": eta,
@@ -341,10 +297,8 @@ class Trainer:
         return {
             "step": self.step,
             "tokens": self.tokens,
-            "skipped": self.skipped,
-            "bad_in_a_row": self.bad_in_a_row,
             "missed_eval": self.missed_eval,
-            "spikes": self.spikes.count if self.spikes is not None else 0,
+            **self.health.state_dict(),
         }
 
     def _save(self) -> None:
@@ -372,10 +326,8 @@ class Trainer:
         path, state, every_rank_data = found
         restore_loader(self.loader, every_rank_data)  # data decides: as saved, or re-partitioned
         self.step, self.tokens = state["step"], state["tokens"]
-        self.skipped, self.bad_in_a_row = state["skipped"], state["bad_in_a_row"]
+        self.health.load_state_dict(state)
         self.missed_eval = state.get("missed_eval", False)
-        if self.spikes is not None:
-            self.spikes.count = state.get("spikes", 0)
         if self.env.is_main:
             log.info("resumed from %s at step %d", path, self.step)
 

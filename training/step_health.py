@@ -1,0 +1,96 @@
+"""Which steps update, and when a run gives up: non-finite steps and loss spikes.
+
+A step whose loss or gradient norm is not finite is skipped and counted; ``max_bad_steps`` of
+them in a row stop the run without checkpointing, since the weights may be damaged and the
+last checkpoint is good. A spike (``training.spikes``) is counted and reported, and its update
+skipped only with ``trainer.spike_skip``. Every rank reaches the same verdict: the trainer sums
+the loss over ranks before asking, and the gradient norm is already global.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from training.spikes import Spike, SpikeMonitor
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteTrainingError(RuntimeError):
+    pass
+
+
+class StepHealth:
+    def __init__(self, max_bad_steps: int, spikes: SpikeMonitor | None, skip_spikes: bool) -> None:
+        self.max_bad_steps, self.spikes, self.skip_spikes = max_bad_steps, spikes, skip_spikes
+        self.skipped = 0  # updates skipped over the run, for any reason
+        self.bad_in_a_row = 0  # consecutive non-finite steps
+        self.found: list[Spike] = []  # the spikes of the step being judged
+
+    def should_update(self, loss: float, grad_norm: float) -> bool:
+        """The verdict on a step, given before its update."""
+        self.found = []
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            return False
+        if self.spikes is None:
+            return True
+        values = {"loss": loss, "grad_norm": grad_norm}
+        self.found = self.spikes.check(values)
+        if self.found and self.skip_spikes:
+            return False  # its values stay out of the window
+        self.spikes.record(values)
+        return True
+
+    def settle(self, step: int, stepped: bool, loss: float, grad_norm: float, report: bool) -> None:
+        """Count step ``step`` (1-based) once it is taken or skipped; ``report``: whether this
+        rank writes the spike warnings (rank 0). Raises ``NonFiniteTrainingError`` at the
+        ``max_bad_steps``-th non-finite step in a row."""
+        for spike in self.found if report else []:
+            log.warning(
+                "step %d: %s spike %.4g, %.1f standard deviations above the mean %.4g of the "
+                "last %d steps%s",
+                step,
+                spike.metric,
+                spike.value,
+                spike.zscore,
+                spike.mean,
+                len(self.spikes.history[spike.metric]),
+                "; update skipped (trainer.spike_skip)" if self.skip_spikes else "",
+            )
+        if stepped:
+            self.bad_in_a_row = 0
+            return
+        self.skipped += 1
+        if self.found and self.skip_spikes:
+            return
+        self.bad_in_a_row += 1
+        log.warning(
+            "step %d: non-finite loss %s or gradient norm %s; update skipped (%d in a row)",
+            step,
+            loss,
+            grad_norm,
+            self.bad_in_a_row,
+        )
+        if self.bad_in_a_row >= self.max_bad_steps:
+            raise NonFiniteTrainingError(
+                f"{self.bad_in_a_row} consecutive steps had a non-finite loss or gradient "
+                f"(trainer.max_bad_steps={self.max_bad_steps}); stopping without checkpointing. "
+                "Lower optim.lr, check the data, or resume from the last checkpoint."
+            )
+
+    @property
+    def spike_count(self) -> int | None:
+        return None if self.spikes is None else self.spikes.count
+
+    def state_dict(self) -> dict:
+        return {
+            "skipped": self.skipped,
+            "bad_in_a_row": self.bad_in_a_row,
+            "spikes": self.spike_count or 0,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.skipped, self.bad_in_a_row = state["skipped"], state["bad_in_a_row"]
+        if self.spikes is not None:
+            self.spikes.count = state.get("spikes", 0)
