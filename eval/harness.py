@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from lm_eval.api.model import LM
 from tqdm import tqdm
 
 from model import Llama
 from model.sampling import GREEDY, generate
+
+IGNORE = -100  # a target the model does not score (model.loss)
 
 
 class ProjectLM(LM):
@@ -66,27 +67,27 @@ class ProjectLM(LM):
     def _continuation_logprobs(
         self, pairs: list[tuple[list[int], list[int]]], progress: bool = False
     ) -> list[tuple[float, bool]]:
-        """For each (context ids, continuation ids): (sum log p(continuation), all greedy)."""
+        """For each (context ids, continuation ids): (sum log p(continuation), all greedy).
+        Only the continuation's tokens are scored, in the model's chunks: no [batch, length,
+        vocab] logits (``Llama.forward(per_token=True)``)."""
         out = []
         starts = range(0, len(pairs), self.batch_size_per_call)
         for start in tqdm(starts, desc="loglikelihood", unit="batch", disable=not progress):
             chunk = pairs[start : start + self.batch_size_per_call]
-            rows = []
-            for ctx, cont in chunk:
-                ids = (ctx + cont)[-(self.max_length + 1) :]
-                rows.append((ids, min(len(cont), len(ids) - 1)))
-            width = max(len(ids) - 1 for ids, _ in rows)
+            rows = [(ctx + cont)[-(self.max_length + 1) :] for ctx, cont in chunk]
+            width = max(len(ids) - 1 for ids in rows)
             inputs = torch.full((len(rows), width), self.tokenizer.eos_id, dtype=torch.long)
-            for i, (ids, _) in enumerate(rows):
-                inputs[i, : len(ids) - 1] = torch.tensor(ids[:-1])
-            logprobs = F.log_softmax(self.model(inputs.to(self.device)).float(), dim=-1).cpu()
-            for i, (ids, n) in enumerate(rows):
+            targets = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+            for i, (ids, (_, cont)) in enumerate(zip(rows, chunk, strict=True)):
                 end = len(ids) - 1
-                targets = torch.tensor(ids[end - n + 1 : end + 1])
-                scores = logprobs[i, end - n : end]
-                total = float(scores.gather(1, targets[:, None]).sum())
-                greedy = bool((scores.argmax(-1) == targets).all())
-                out.append((total, greedy))
+                n = min(len(cont), end)
+                inputs[i, :end] = torch.tensor(ids[:-1])
+                targets[i, end - n : end] = torch.tensor(ids[end - n + 1 : end + 1])
+            logprobs, greedy = self.model(
+                inputs.to(self.device), targets.to(self.device), per_token=True
+            )
+            totals = logprobs.double().sum(dim=1).tolist()
+            out += zip(totals, greedy.all(dim=1).tolist(), strict=True)
         return out
 
     # ---- lm-eval's interface ---------------------------------------------------------------
@@ -99,16 +100,19 @@ class ProjectLM(LM):
         return self._continuation_logprobs(pairs, progress=len(pairs) >= 10)
 
     def loglikelihood_rolling(self, requests) -> list[float]:
-        results = []
-        for request in tqdm(requests, desc="rolling loglikelihood", disable=len(requests) < 10):
+        """Every token a target once: windows of ``max_length`` tokens, each after the text
+        before it (truncated on the left), the windows of all requests batched together."""
+        windows, owner = [], []
+        for i, request in enumerate(requests):
             ids = self.tokenizer.encode(request.args[0])
-            total = 0.0
             for start in range(0, len(ids), self.max_length):
-                window = ids[start : start + self.max_length]
-                context = [*self.prefix, *ids[:start]]  # truncated on the left
-                total += self._continuation_logprobs([(context, window)])[0][0]
-            results.append(total)
-        return results
+                windows.append(([*self.prefix, *ids[:start]], ids[start : start + self.max_length]))
+                owner.append(i)
+        totals = [0.0] * len(requests)
+        scored = self._continuation_logprobs(windows, progress=len(windows) >= 10)
+        for i, (logprob, _) in zip(owner, scored, strict=True):
+            totals[i] += logprob
+        return totals
 
     def generate_until(self, requests) -> list[str]:
         outputs = []

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from model.config import ModelConfig
 from model.kv_cache import KVCache
 from model.layers import Block, RMSNorm, rope_tables
-from model.loss import linear_cross_entropy
+from model.loss import linear_cross_entropy, token_scores
 
 
 class Llama(nn.Module):
@@ -64,8 +64,13 @@ class Llama(nn.Module):
         document_ids: Tensor | None = None,
         *,
         cache: KVCache | None = None,
-    ) -> Tensor:
+        per_token: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Logits [batch, seq, vocab] for tokens [batch, seq]; with targets, the mean loss.
+
+        With targets and ``per_token`` (scoring, ``eval.harness``): each target's log
+        probability and whether it is the argmax, both [batch, seq] (``model.loss.token_scores``),
+        also without the full logits.
 
         The loss path never builds the full logits (``model.loss``); targets equal to -100 are
         ignored. ``document_ids`` [batch, seq] (from the data pipeline) restricts attention to
@@ -105,6 +110,8 @@ class Llama(nn.Module):
         x = self.norm(x)
         if targets is None:
             return self.lm_head(x)
+        if per_token:
+            return token_scores(x, self.lm_head.weight, targets, self.config.loss_chunk_tokens)
         return linear_cross_entropy(
             x,
             self.lm_head.weight,

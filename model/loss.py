@@ -171,3 +171,40 @@ def linear_cross_entropy(
         compiled,
         float(z_loss),
     )
+
+
+@torch.no_grad()
+def token_scores(
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    chunk_size: int = 4096,
+    ignore_index: int = -100,
+) -> tuple[Tensor, Tensor]:
+    """(log p(target), whether the target is the argmax) per token of ``hidden @ weight.T``,
+    both shaped like ``targets``; an ignored target gets 0 and True.
+
+    What scoring needs (``eval.harness``: a continuation's log-likelihood, and whether greedy
+    decoding would produce it) without the [tokens, vocab] log-softmax: at the paper's vocab a
+    batch of 8 x 2048 tokens would hold 8.6 GB of fp32 logits, here one chunk. Only the scored
+    tokens reach the head: a multiple-choice answer is a few tokens after a long context. The
+    matmul runs in ``matmul_dtype``, the log-softmax in fp32 (fp64 stays).
+    """
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    flat_targets = targets.reshape(-1)
+    scored = (flat_targets != ignore_index).nonzero().squeeze(1)  # only these reach the head
+    picked = hidden.reshape(-1, hidden.shape[-1])[scored]
+    compute = matmul_dtype(hidden)
+    w = weight.to(compute)
+    acc = torch.promote_types(compute, torch.float32)
+    logprobs = torch.zeros(flat_targets.shape, dtype=acc, device=hidden.device)
+    greedy = torch.ones(flat_targets.shape, dtype=torch.bool, device=hidden.device)
+    for start in range(0, len(scored), chunk_size):
+        rows = scored[start : start + chunk_size]
+        x = (picked[start : start + chunk_size].to(compute) @ w.t()).to(acc)
+        target = flat_targets[rows]
+        target_logit = x.gather(1, target[:, None]).squeeze(1)
+        logprobs[rows] = target_logit - x.logsumexp(dim=-1)
+        greedy[rows] = x.argmax(dim=-1) == target
+    return logprobs.view(targets.shape), greedy.view(targets.shape)

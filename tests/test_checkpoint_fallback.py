@@ -66,7 +66,7 @@ def test_a_damaged_newest_checkpoint_resumes_from_the_previous_one(tmp_path, dam
     with caplog.at_level(logging.WARNING, logger="training.checkpoint"):
         path, trainer_state, data_states = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
     assert path.name == "step_000002"
-    assert trainer_state["step"] == 2 and data_states == [{"batches": 2}]
+    assert trainer_state["step"] == 2 and list(data_states) == [{"batches": 2}]
     assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
     assert "step_000004 cannot be loaded" in caplog.text
     assert not (tmp_path / "marker").exists()
@@ -127,12 +127,48 @@ def test_another_world_size_loads_every_ranks_data_state(tmp_path):
     model, optimizer = tiny_model_and_optimizer()
     path, trainer_state, data_states = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
     assert path.name == "step_000004" and trainer_state["step"] == 4
-    assert data_states == [{"batches": 4, "rank": 0}, {"batches": 4, "rank": 1}]
+    assert list(data_states) == [{"batches": 4, "rank": 0}, {"batches": 4, "rank": 1}]
     # every old rank's data state is needed: a checkpoint that lost one is damaged
     (path / "rank_00001.pt").unlink()
     path, _, data_states = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
     assert path.name == "step_000002" and data_states[1] == {"batches": 2, "rank": 1}
     assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
+
+
+def test_a_resume_on_the_same_layout_reads_only_its_own_rank_file(tmp_path, monkeypatch):
+    """256 ranks reading 256 rank files each would be 65,536 reads at every requeue."""
+    loading = importlib.import_module("training.checkpoint.load")
+
+    save_steps_2_and_4(tmp_path)
+    path = tmp_path / "checkpoints" / "step_000004"
+    extra = torch.load(path / "rank_00000.pt", weights_only=True)
+    for rank in (0, 1, 2):  # as if 3 processes had written it
+        torch.save({**extra, "data": {"rank": rank}, "world_size": 3}, path / f"rank_{rank:05d}.pt")
+    read = []
+    real = loading.load_weights_only
+    monkeypatch.setattr(
+        loading, "load_weights_only", lambda f, *a: read.append(f.name) or real(f, *a)
+    )
+    rank_1_of_3 = Env(rank=1, world_size=3, local_rank=0, device=torch.device("cpu"))
+    rng, every_rank = loading._rank_files(path, rank_1_of_3)
+    assert rng is not None and read == ["rank_00001.pt"]
+    assert len(every_rank) == 3 and every_rank[1] == {"rank": 1} and read == ["rank_00001.pt"]
+    # another data.num_workers re-partitions: the others are read when asked for, and checked
+    torch.save({**extra, "data": {}, "world_size": 2}, path / "rank_00002.pt")
+    assert every_rank[0] == {"rank": 0} and read == ["rank_00001.pt", "rank_00000.pt"]
+    with pytest.raises(ValueError, match=r"rank_00002\.pt says 2 processes wrote the checkpoint"):
+        every_rank[-1]
+    # a missing file is damage found up front, whichever files this rank would read
+    (path / "rank_00002.pt").unlink()
+    with pytest.raises(FileNotFoundError, match=r"rank_00002\.pt is missing"):
+        loading._rank_files(path, rank_1_of_3)
+    # another world size re-partitions: every file is read up front, while the ranks agree
+    read.clear()
+    for rank in (0, 1):
+        torch.save({**extra, "data": {"rank": rank}, "world_size": 2}, path / f"rank_{rank:05d}.pt")
+    _, every_rank = loading._rank_files(path, rank_1_of_3)  # rank 1 of 3, written by 2
+    assert sorted(read) == ["rank_00000.pt", "rank_00001.pt"]
+    assert list(every_rank) == [{"rank": 0}, {"rank": 1}]
 
 
 def two_ranks_resume(rank: int, run_dir: str) -> None:
@@ -151,7 +187,7 @@ def two_ranks_resume(rank: int, run_dir: str) -> None:
     dist.barrier()
     model, optimizer = tiny_model_and_optimizer()
     path, trainer_state, data_states = checkpoint.load_latest(run_dir, model, optimizer, env)
-    result = {"path": path.name, "step": trainer_state["step"], "data": data_states}
+    result = {"path": path.name, "step": trainer_state["step"], "data": list(data_states)}
     (Path(run_dir) / f"result_{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 

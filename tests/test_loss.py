@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from model import Llama, ModelConfig
-from model.loss import chunk_loss_and_grad, linear_cross_entropy
+from model.loss import chunk_loss_and_grad, linear_cross_entropy, token_scores
 
 
 def problem(dtype=torch.float64):
@@ -85,6 +85,39 @@ def test_model_loss_equals_cross_entropy_of_its_logits_with_tied_head():
     want = torch.autograd.grad(ref, model.embed_tokens.weight)[0]
     torch.testing.assert_close(loss, ref, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [1, 13, 4096])
+def test_token_scores_equal_the_full_log_softmax_and_argmax(chunk):
+    hidden, weight, targets = problem()
+    targets[1, 3] = int((hidden[1, 3] @ weight.t()).argmax())  # one target surely greedy
+    logprobs, greedy = token_scores(hidden, weight, targets, chunk_size=chunk)
+    full = torch.log_softmax(hidden.detach() @ weight.detach().t(), dim=-1)
+    valid = targets != -100
+    want = torch.where(valid, full.gather(-1, targets.clamp(min=0)[..., None])[..., 0], 0.0)
+    torch.testing.assert_close(logprobs, want, rtol=1e-12, atol=1e-12)
+    assert torch.equal(greedy, (full.argmax(-1) == targets) | ~valid)
+    assert greedy[1, 3] and greedy[0, :7].all() and not greedy.all()
+    # the mean of the scores is the loss, as the fused loss computes it
+    loss = linear_cross_entropy(hidden, weight, targets, chunk_size=chunk)
+    torch.testing.assert_close(-logprobs.sum() / valid.sum(), loss.detach(), rtol=1e-12, atol=0)
+
+
+def test_the_models_per_token_scores_equal_the_log_softmax_of_its_logits():
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=64, dim=32, n_layers=2, n_heads=4, gated_hidden=48, loss_chunk_tokens=7
+    )
+    model = Llama(config).double().eval()
+    tokens = torch.randint(0, 64, (2, 21))
+    targets = tokens[:, 1:].clone()
+    targets[0, :5] = -100
+    with torch.no_grad():
+        logprobs, greedy = model(tokens[:, :-1], targets, per_token=True)
+        full = torch.log_softmax(model(tokens[:, :-1]), dim=-1)
+    want = full.gather(-1, targets.clamp(min=0)[..., None])[..., 0] * (targets != -100)
+    torch.testing.assert_close(logprobs, want, rtol=1e-12, atol=1e-12)
+    assert torch.equal(greedy, (full.argmax(-1) == targets) | (targets == -100))
 
 
 def test_evaluation_under_no_grad_gives_the_same_loss_without_gradient_work():

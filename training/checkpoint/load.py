@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,28 +119,53 @@ def _written_by(path: Path) -> int | None:
     return None
 
 
-def _every_rank_data(path: Path, written_by: int, read: dict[int, dict]) -> list:
-    """The data state of every rank that wrote the checkpoint, in rank order (``read``: rank
-    files already read, by rank)."""
-    states = []
-    for rank in range(written_by):
-        file = rank_file(path, rank)
-        if rank not in read and not file.is_file():
-            raise FileNotFoundError(
-                f"{path} was written by {written_by} processes and {file.name} is missing: a "
-                "resume needs the data state of every rank"
-            )
-        extra = read[rank] if rank in read else load_weights_only(file, file)
-        if extra["world_size"] != written_by:
+class EveryRankData(Sequence):
+    """The data state of every rank that wrote a checkpoint, in rank order, each read from its
+    rank file when first asked for.
+
+    A resume on the same layout needs only its own rank's (which :func:`_rank_files` has read
+    already): 256 ranks reading all 256 rank files each would be 65,536 reads on the shared
+    file system at every requeue. A re-partition over another world size reads them all up
+    front, in the stage whose failure every rank agrees on (:func:`_rank_files`); one over
+    another ``data.num_workers`` reads them when ``data.restore_loader`` asks.
+    """
+
+    def __init__(self, path: Path, written_by: int, read: dict[int, dict]) -> None:
+        self.path, self.written_by = path, written_by
+        for rank in range(written_by):  # a stat each: a checkpoint that lost one is damaged
+            if rank not in read and not rank_file(path, rank).is_file():
+                raise FileNotFoundError(
+                    f"{path} was written by {written_by} processes and "
+                    f"{rank_file(path, rank).name} is missing: a resume needs the data state "
+                    "of every rank"
+                )
+        self._states = {rank: self._checked(rank, extra) for rank, extra in read.items()}
+
+    def __len__(self) -> int:
+        return self.written_by
+
+    def __getitem__(self, rank):
+        if isinstance(rank, slice):
+            return [self[i] for i in range(*rank.indices(len(self)))]
+        if rank < 0:
+            rank += len(self)
+        if not 0 <= rank < len(self):
+            raise IndexError(rank)
+        if rank not in self._states:
+            file = rank_file(self.path, rank)
+            self._states[rank] = self._checked(rank, load_weights_only(file, file))
+        return self._states[rank]
+
+    def _checked(self, rank: int, extra: dict) -> dict:
+        if extra["world_size"] != self.written_by:
             raise ValueError(
-                f"{path}: {file.name} says {extra['world_size']} processes wrote the "
-                f"checkpoint, another rank file says {written_by}"
+                f"{self.path}: {rank_file(self.path, rank).name} says {extra['world_size']} "
+                f"processes wrote the checkpoint, another rank file says {self.written_by}"
             )
-        states.append(extra["data"])
-    return states
+        return extra["data"]
 
 
-def _rank_files(path: Path, env: Env) -> tuple[dict | None, list]:
+def _rank_files(path: Path, env: Env) -> tuple[dict | None, EveryRankData]:
     """This rank's RNG state and every rank's data state. The RNG is this rank's file's, or
     None (left as seeded) when the run that wrote the checkpoint had no such rank; its model
     and optimizer then reshard through DCP."""
@@ -161,11 +186,13 @@ def _rank_files(path: Path, env: Env) -> tuple[dict | None, list]:
             written_by,
             env.world_size,
         )
-    read = {env.rank: own} if own is not None else {}
-    return (own["rng"] if own is not None else None), _every_rank_data(path, written_by, read)
+    every_rank = EveryRankData(path, written_by, {env.rank: own} if own is not None else {})
+    if written_by != env.world_size:
+        list(every_rank)  # re-partitioned: all of them are needed, read while ranks agree
+    return (own["rng"] if own is not None else None), every_rank
 
 
-def load(path: Path, model, optimizer, env: Env) -> tuple[dict, list]:
+def load(path: Path, model, optimizer, env: Env) -> tuple[dict, EveryRankData]:
     """Restore model, optimizer and RNG in place from the checkpoint ``path``; return (trainer
     state, every rank's data state in rank order), the latter for ``data.restore_loader``.
 
@@ -220,7 +247,7 @@ def set_aside(path: Path, env: Env) -> Path:
     return target
 
 
-def _load_retrying_io_errors(path: Path, model, optimizer, env: Env) -> tuple[dict, list]:
+def _load_retrying_io_errors(path: Path, model, optimizer, env: Env) -> tuple[dict, EveryRankData]:
     """:func:`load`, tried again after a transient I/O error (:func:`is_transient`): a file
     server's hiccup must not set a good checkpoint aside as damaged."""
     for attempt in range(IO_RETRIES + 1):
@@ -235,7 +262,9 @@ def _load_retrying_io_errors(path: Path, model, optimizer, env: Env) -> tuple[di
     raise AssertionError("unreachable")
 
 
-def load_latest(run_dir: str | Path, model, optimizer, env: Env) -> tuple[Path, dict, list] | None:
+def load_latest(
+    run_dir: str | Path, model, optimizer, env: Env
+) -> tuple[Path, dict, EveryRankData] | None:
     """Resume from the newest checkpoint that loads: what ``Trainer._resume`` calls.
 
     Tries the published checkpoints newest first (:func:`load`: model, optimizer and RNG in
