@@ -96,12 +96,6 @@ def evaluate(
     return output["results"]
 
 
-# lm-eval output types whose number of forwards differs from rank to rank (generation stops
-# when it stops, rolling windows follow the text's length): under FSDP2 every forward is a
-# collective, so in training they are refused there (``trainer.downstream_tasks``)
-UNEVEN_TASKS = {"triviaqa", "gsm8k"}
-
-
 def during_training(
     model,
     tokenizer,

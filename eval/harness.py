@@ -8,6 +8,8 @@ document: EOS (the end of the one before), then BOS when the run packed with
 left to the model's length (for generation: to the length that leaves room for
 ``max_gen_toks``, as lm-eval's own Hugging Face model does).
 Generation decodes ``batch_size`` requests together with a KV cache (``model/sampling.py``).
+Under torch.distributed each rank scores lm-eval's share for it, and every rank runs as many
+forwards as the busiest one (FSDP2: each forward is a collective).
 """
 
 from __future__ import annotations
@@ -59,6 +61,24 @@ class ProjectLM(LM):
     def barrier(self) -> None:
         dist.barrier()
 
+    # ---- the same forwards on every rank ----------------------------------------------------
+    # lm-eval gives the ranks equal numbers of requests, but how many forwards a rank's share
+    # takes depends on it (generation stops when it stops; rolling windows follow the text's
+    # length). Under FSDP2 every forward gathers each block's shards from all ranks, so a rank
+    # that is done runs forwards whose output nobody reads until the busiest one is done too.
+    def _most_over_ranks(self, n: int) -> int:
+        if self.world_size == 1:
+            return n
+        value = torch.tensor(n, device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return int(value)
+
+    def _all_done(self, done: bool) -> bool:
+        return self._most_over_ranks(int(not done)) == 0
+
+    def _idle_forward(self) -> None:
+        self.model(torch.full((1, 1), self.tokenizer.eos_id, device=self.device))
+
     # ---- helpers -------------------------------------------------------------------------
     def _context_ids(self, text: str) -> list[int]:
         return [*self.prefix, *self.tokenizer.encode(text)] if text else list(self.prefix)
@@ -72,6 +92,7 @@ class ProjectLM(LM):
         vocab] logits (``Llama.forward(per_token=True)``)."""
         out = []
         starts = range(0, len(pairs), self.batch_size_per_call)
+        idle = self._most_over_ranks(len(starts)) - len(starts)
         for start in tqdm(starts, desc="loglikelihood", unit="batch", disable=not progress):
             chunk = pairs[start : start + self.batch_size_per_call]
             rows = [(ctx + cont)[-(self.max_length + 1) :] for ctx, cont in chunk]
@@ -88,6 +109,8 @@ class ProjectLM(LM):
             )
             totals = logprobs.double().sum(dim=1).tolist()
             out += zip(totals, greedy.all(dim=1).tolist(), strict=True)
+        for _ in range(idle):
+            self._idle_forward()
         return out
 
     # ---- lm-eval's interface ---------------------------------------------------------------
@@ -117,11 +140,17 @@ class ProjectLM(LM):
     def generate_until(self, requests) -> list[str]:
         outputs = []
         size = self.batch_size_per_call
+        starts = range(0, len(requests), size)
+        idle = self._most_over_ranks(len(starts)) - len(starts)
         bar = tqdm(total=len(requests), desc="generate", unit="request", disable=len(requests) < 10)
-        for start in range(0, len(requests), size):
+        for start in starts:
             outputs += self._generate_batch(requests[start : start + size])
             bar.update(len(requests[start : start + size]))
         bar.close()
+        for _ in range(idle):  # one forward to start, then as long as the others decode
+            self._idle_forward()
+            while not self._all_done(True):
+                self._idle_forward()
         return outputs
 
     @torch.no_grad()
@@ -151,6 +180,7 @@ class ProjectLM(LM):
             eos_id=self.tokenizer.eos_id,
             vocab_limit=self.tokenizer.vocab_size,
             stop=stop,
+            lockstep=self._all_done if self.world_size > 1 else None,
         )
         outputs = []
         for generation, until in zip(generations, stops, strict=True):

@@ -112,6 +112,7 @@ def generate(
     seed: int | None = None,
     vocab_limit: int | None = None,
     stop: Callable[[int, list[int]], bool] | None = None,
+    lockstep: Callable[[bool], bool] | None = None,
 ) -> list[Generation]:
     """Continue each prompt (token ids) by up to ``max_new_tokens`` tokens.
 
@@ -120,6 +121,11 @@ def generate(
     sampling reproducible (a generator of its own, on the model's device); ``vocab_limit``
     keeps ids at or past it (the padding rows of an embedding rounded up from the tokenizer's
     vocabulary) from ever being drawn.
+
+    ``lockstep`` (several processes decoding their own prompts, ``eval.harness``): given
+    whether this process is done, whether every process is. Until they all are, a process
+    that is done goes on calling the model on one token and ignores the output, so that every
+    process runs the same number of forwards: under FSDP2 each forward is a collective.
     """
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -140,23 +146,29 @@ def generate(
     cache = KVCache.for_model(model, len(prompts), total)
     position = min(lengths)
     logits = model(tokens[:, :position], cache=cache)[:, -1]
-    while position < total:
-        sampled = next_token(logits[:, :vocab_limit], sampling, generator)
-        column = torch.where(is_prompt[:, position], tokens[:, position], sampled)
-        tokens[:, position] = column
-        for i, token in enumerate(column.tolist()):
-            if reasons[i] is not None or position < lengths[i]:
-                continue
-            if token == eos_id:
-                reasons[i] = "eos"
-                continue
-            new[i].append(token)
-            if stop is not None and stop(i, new[i]):
-                reasons[i] = "stop"
-            elif len(new[i]) == max_new_tokens:
-                reasons[i] = "max_new_tokens"
-        position += 1
-        if all(r is not None for r in reasons) or position == total:
+    done = False
+    while True:
+        if not done:
+            sampled = next_token(logits[:, :vocab_limit], sampling, generator)
+            column = torch.where(is_prompt[:, position], tokens[:, position], sampled)
+            tokens[:, position] = column
+            for i, token in enumerate(column.tolist()):
+                if reasons[i] is not None or position < lengths[i]:
+                    continue
+                if token == eos_id:
+                    reasons[i] = "eos"
+                    continue
+                new[i].append(token)
+                if stop is not None and stop(i, new[i]):
+                    reasons[i] = "stop"
+                elif len(new[i]) == max_new_tokens:
+                    reasons[i] = "max_new_tokens"
+            position += 1
+            done = all(r is not None for r in reasons) or position == total
+        if lockstep(done) if lockstep is not None else done:
             break
-        logits = model(column[:, None], cache=cache)[:, -1]
+        if done:  # another process still decodes
+            model(tokens[:, :1])
+        else:
+            logits = model(column[:, None], cache=cache)[:, -1]
     return [Generation(t, r or "context") for t, r in zip(new, reasons, strict=True)]

@@ -102,6 +102,30 @@ def test_prompts_of_different_lengths_decode_together_as_they_would_alone():
     assert together == alone
 
 
+@pytest.mark.parametrize(("prompt_length", "max_new"), [(4, 5), (10, 50)])
+def test_in_lockstep_a_finished_process_keeps_calling_the_model_until_every_one_is_done(
+    prompt_length, max_new
+):
+    """Several processes under FSDP2: each forward is a collective. The others are done after
+    3 more forwards here; (10, 50) ends at the context, where the cache has no room left."""
+    model = random_model("xielu", max_seq_len=16)
+    (alone,) = generate(model, prompts(prompt_length), max_new_tokens=max_new)
+    calls, asked = [], []
+    forward = model.forward
+    model.forward = lambda tokens, *a, **k: calls.append(tokens.shape) or forward(tokens, *a, **k)
+    others_going = iter([True, True, True, False])
+
+    def lockstep(done: bool) -> bool:
+        asked.append(done)
+        return done and not next(others_going)
+
+    (stepped,) = generate(model, prompts(prompt_length), max_new, lockstep=lockstep)
+    assert stepped == alone
+    decoded = len(alone.tokens)
+    assert asked == [False] * (decoded - 1) + [True] * 4
+    assert len(calls) == 1 + (decoded - 1) + 3 and calls[-3:] == [(1, 1)] * 3
+
+
 def test_a_prompt_longer_than_the_context_is_an_error_naming_the_lengths():
     model = random_model("xielu", max_seq_len=16)
     with pytest.raises(ValueError, match=r"prompt 1 has 20 tokens.*max_seq_len\) is 16 tokens"):

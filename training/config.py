@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from data.config import DataConfig
-from eval.downstream import UNEVEN_TASKS
 from model.config import ModelConfig
 from training.preemption import parse_debug_signal
 
@@ -325,14 +324,6 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
             f"trainer.spike_window={t.spike_window} must be 0 (off) or >= 2, and "
             f"trainer.spike_threshold={t.spike_threshold} positive"
         )
-    if t.downstream_every and t.parallelism == "fsdp" and world_size > 1:
-        uneven = sorted(set(t.downstream_tasks) & UNEVEN_TASKS)
-        if uneven:
-            raise ConfigError(
-                f"trainer.downstream_tasks: {', '.join(uneven)} generate text, whose forwards "
-                "differ in number from rank to rank, which FSDP2 cannot run in training; "
-                "evaluate them from a checkpoint with python -m eval.downstream"
-            )
     p = t.profile_steps
     if p and not (len(p) == 2 and 1 <= p[0] <= p[1] <= t.steps):
         raise ConfigError(
