@@ -11,7 +11,7 @@ from data.config import DataConfig, TokenizerConfig
 from data.loader import build_loader, counters
 from data.packing import IGNORE_INDEX
 from data.registry import available_sources, get_source
-from data.restore import restore_loader
+from data.restore import needs_every_rank, restore_loader
 from data.tokenizers import Tokenizer, load_tokenizer
 from data.validation import build_validation_loader
 
@@ -26,5 +26,6 @@ __all__ = [
     "counters",
     "get_source",
     "load_tokenizer",
+    "needs_every_rank",
     "restore_loader",
 ]

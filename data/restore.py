@@ -10,6 +10,7 @@ rank's workers starts from its own stream's new state (``ResumableStream.load_st
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from data.registry import get_source
 from data.repartition import CannotRepartitionError
@@ -17,17 +18,25 @@ from data.repartition import CannotRepartitionError
 log = logging.getLogger(__name__)
 
 
-def restore_loader(loader, every_rank: list[dict]) -> None:
+def needs_every_rank(loader, written_by: int, own: dict | None) -> bool:
+    """Whether resuming ``loader`` from a checkpoint that ``written_by`` ranks wrote (this
+    rank's saved state: ``own``, None if it had none) needs every rank's state: a re-partition
+    does, resuming the same streams (as many ranks, each with as many workers) needs only
+    ``own``. The checkpoint then reads one rank file per rank, not all of them on every rank."""
+    same_streams = written_by == loader.dataset.world_size and own is not None
+    return not (same_streams and _num_workers(own) == loader.num_workers)
+
+
+def restore_loader(loader, every_rank: Sequence[dict]) -> None:
     """Resume a ``data.build_loader`` loader, not yet iterated, from ``every_rank``: the data
     state of every rank that wrote the checkpoint, in rank order. A source that cannot be
     re-partitioned raises ``CannotRepartitionError``, saying what to do instead."""
     dataset = loader.dataset
     workers = loader.num_workers
-    if len(every_rank) == dataset.world_size:
-        own = every_rank[dataset.rank]
-        if _num_workers(own) == workers:
-            loader.load_state_dict(own)
-            return
+    own = every_rank[dataset.rank] if len(every_rank) == dataset.world_size else None
+    if not needs_every_rank(loader, len(every_rank), own):
+        loader.load_state_dict(own)
+        return
     old = [stream for rank_state in every_rank for stream in _stream_states(rank_state)]
     per_rank = max(workers, 1)
     n_new = dataset.world_size * per_rank

@@ -76,6 +76,7 @@ class ProjectLM(LM):
     def _all_done(self, done: bool) -> bool:
         return self._most_over_ranks(int(not done)) == 0
 
+    @torch.no_grad()
     def _idle_forward(self) -> None:
         self.model(torch.full((1, 1), self.tokenizer.eos_id, device=self.device))
 

@@ -133,7 +133,7 @@ def generate(
     check_prompt_lengths(lengths, model.config.max_seq_len)
     new: list[list[int]] = [[] for _ in prompts]
     reasons: list[str | None] = [None if max_new_tokens else "max_new_tokens" for _ in prompts]
-    if not prompts or not max_new_tokens:
+    if not prompts or (not max_new_tokens and lockstep is None):
         return [Generation(t, r) for t, r in zip(new, reasons, strict=True)]
     device = model.embed_tokens.weight.device
     generator = None if seed is None else torch.Generator(device).manual_seed(seed)
@@ -146,7 +146,7 @@ def generate(
     cache = KVCache.for_model(model, len(prompts), total)
     position = min(lengths)
     logits = model(tokens[:, :position], cache=cache)[:, -1]
-    done = False
+    done = all(r is not None for r in reasons)  # max_new_tokens=0, in lockstep with others
     while True:
         if not done:
             sampled = next_token(logits[:, :vocab_limit], sampling, generator)

@@ -136,13 +136,18 @@ def test_another_world_size_loads_every_ranks_data_state(tmp_path):
 
 
 def test_a_resume_on_the_same_layout_reads_only_its_own_rank_file(tmp_path, monkeypatch):
-    """256 ranks reading 256 rank files each would be 65,536 reads at every requeue."""
-    loading = importlib.import_module("training.checkpoint.load")
+    """256 ranks reading 256 rank files each would be 65,536 reads at every requeue. What the
+    data pipeline needs (``data.needs_every_rank``) decides: its own stream's state on the same
+    layout, every rank's (read up front, while the ranks agree) for a re-partition."""
+    from types import SimpleNamespace
 
+    from data import needs_every_rank
+
+    loading = importlib.import_module("training.checkpoint.load")
     save_steps_2_and_4(tmp_path)
     path = tmp_path / "checkpoints" / "step_000004"
     extra = torch.load(path / "rank_00000.pt", weights_only=True)
-    for rank in (0, 1, 2):  # as if 3 processes had written it
+    for rank in (0, 1, 2):  # as if 3 processes, without DataLoader workers, had written it
         torch.save({**extra, "data": {"rank": rank}, "world_size": 3}, path / f"rank_{rank:05d}.pt")
     read = []
     real = loading.load_weights_only
@@ -150,23 +155,35 @@ def test_a_resume_on_the_same_layout_reads_only_its_own_rank_file(tmp_path, monk
         loading, "load_weights_only", lambda f, *a: read.append(f.name) or real(f, *a)
     )
     rank_1_of_3 = Env(rank=1, world_size=3, local_rank=0, device=torch.device("cpu"))
-    rng, every_rank = loading._rank_files(path, rank_1_of_3)
+
+    def rank_files(world_size: int, workers: int):
+        loader = SimpleNamespace(
+            dataset=SimpleNamespace(world_size=world_size), num_workers=workers
+        )
+        read.clear()
+        return loading._rank_files(
+            path, rank_1_of_3, lambda n, own: needs_every_rank(loader, n, own)
+        )
+
+    rng, every_rank = rank_files(3, 0)  # the same streams
     assert rng is not None and read == ["rank_00001.pt"]
     assert len(every_rank) == 3 and every_rank[1] == {"rank": 1} and read == ["rank_00001.pt"]
-    # another data.num_workers re-partitions: the others are read when asked for, and checked
+    assert every_rank[-3] == {"rank": 0} and read == ["rank_00001.pt", "rank_00000.pt"]
+    # another data.num_workers: every file up front, each checked
+    _, every_rank = rank_files(3, 2)
+    assert sorted(read) == ["rank_00000.pt", "rank_00001.pt", "rank_00002.pt"]
+    assert list(every_rank) == [{"rank": 0}, {"rank": 1}, {"rank": 2}]
     torch.save({**extra, "data": {}, "world_size": 2}, path / "rank_00002.pt")
-    assert every_rank[0] == {"rank": 0} and read == ["rank_00001.pt", "rank_00000.pt"]
     with pytest.raises(ValueError, match=r"rank_00002\.pt says 2 processes wrote the checkpoint"):
-        every_rank[-1]
+        rank_files(3, 2)
     # a missing file is damage found up front, whichever files this rank would read
     (path / "rank_00002.pt").unlink()
     with pytest.raises(FileNotFoundError, match=r"rank_00002\.pt is missing"):
-        loading._rank_files(path, rank_1_of_3)
-    # another world size re-partitions: every file is read up front, while the ranks agree
-    read.clear()
+        rank_files(3, 0)
+    # another world size (written by 2, read by 3): every file up front
     for rank in (0, 1):
         torch.save({**extra, "data": {"rank": rank}, "world_size": 2}, path / f"rank_{rank:05d}.pt")
-    _, every_rank = loading._rank_files(path, rank_1_of_3)  # rank 1 of 3, written by 2
+    _, every_rank = rank_files(3, 0)
     assert sorted(read) == ["rank_00000.pt", "rank_00001.pt"]
     assert list(every_rank) == [{"rank": 0}, {"rank": 1}]
 

@@ -145,6 +145,13 @@ def test_a_run_refuses_the_checkpoints_of_a_run_with_other_axes(corpus, tmp_path
     (tmp_path / "axes.json").write_text('{"optim.l')
     with pytest.raises(ValueError, match=r"optim\.lr=0\.002.*optim\.lr=0\.004"):
         run_in_process([*base, "optim.lr=0.004"])
+    # and a damaged config.yaml beside a whole axes.json: the axes still refuse
+    (tmp_path / "axes.json").write_text(json.dumps(axes))
+    config_yaml = (tmp_path / "config.yaml").read_text()
+    (tmp_path / "config.yaml").write_text(config_yaml[: len(config_yaml) // 2] + ": [")
+    with pytest.raises(ValueError, match=r"optim\.lr=0\.002.*optim\.lr=0\.004"):
+        run_in_process([*base, "optim.lr=0.004"])
+    (tmp_path / "config.yaml").write_text(config_yaml)
     # a changed key that is not an axis resumes (and trains on to the new end)
     assert run_in_process([*base, "optim.lr=0.002", "trainer.steps=6"]) == 0
     assert max(r["step"] for r in metrics(tmp_path)) == 6

@@ -126,6 +126,18 @@ def test_in_lockstep_a_finished_process_keeps_calling_the_model_until_every_one_
     assert len(calls) == 1 + (decoded - 1) + 3 and calls[-3:] == [(1, 1)] * 3
 
 
+def test_in_lockstep_nothing_to_generate_still_runs_the_first_forward_and_waits():
+    model = random_model("xielu", max_seq_len=16)
+    calls = []
+    forward = model.forward
+    model.forward = lambda tokens, *a, **k: calls.append(tokens.shape) or forward(tokens, *a, **k)
+    others_going = iter([True, False])
+    (nothing,) = generate(model, prompts(4), 0, lockstep=lambda done: not next(others_going))
+    assert nothing.tokens == [] and nothing.finish_reason == "max_new_tokens"
+    assert calls == [(1, 4), (1, 1)]  # the prefill the others run, then one in step
+    assert generate(model, prompts(4), 0)[0] == nothing and len(calls) == 2  # alone: none
+
+
 def test_a_prompt_longer_than_the_context_is_an_error_naming_the_lengths():
     model = random_model("xielu", max_seq_len=16)
     with pytest.raises(ValueError, match=r"prompt 1 has 20 tokens.*max_seq_len\) is 16 tokens"):

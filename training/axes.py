@@ -46,7 +46,12 @@ def _saved_axes(run_dir: Path, keys) -> dict:
         except json.JSONDecodeError:  # a crash while it was written: config.yaml says the same
             log.warning("%s is damaged; reading the run's axes from %s", axes_file, CONFIG_FILE)
     config_file = run_dir / CONFIG_FILE
-    yaml = OmegaConf.load(config_file) if config_file.is_file() else None
+    yaml = None
+    if config_file.is_file() and not all(key in saved for key in keys):
+        try:
+            yaml = OmegaConf.load(config_file)
+        except Exception as error:  # a crash while it was written (before it was atomic)
+            log.warning("%s cannot be read (%s); its keys are not compared", config_file, error)
     out = {}
     for key in keys:
         if key in saved:
@@ -84,9 +89,13 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def write_axes(run_dir: str | Path, config) -> None:
-    """Written whole or not at all (a temporary file renamed over the old one)."""
-    target = Path(run_dir) / AXES_FILE
-    tmp = target.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(axes_of(config), indent=1) + "\n")
-    tmp.replace(target)
+def write_run_files(run_dir: str | Path, config, config_yaml: str) -> None:
+    """``config.yaml`` and ``axes.json``, each written whole or not at all (a temporary file
+    renamed over the old one): a crash mid-write must not leave a run directory whose next
+    start cannot read what run it holds."""
+    axes = json.dumps(axes_of(config), indent=1) + "\n"
+    for name, text in ((CONFIG_FILE, config_yaml), (AXES_FILE, axes)):
+        target = Path(run_dir) / name
+        tmp = target.with_name(f"{name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(target)

@@ -6,6 +6,7 @@ over its global batch, the same number whatever the world size (see ``tests/test
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import math
@@ -16,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-from data import build_loader, load_tokenizer, restore_loader
+from data import build_loader, load_tokenizer, needs_every_rank, restore_loader
 from data import counters as data_counters
 from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint, distributed
-from training.axes import refuse_other_runs_checkpoints, write_axes
+from training.axes import refuse_other_runs_checkpoints, write_run_files
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
 from training.config import ExperimentConfig, validate
 from training.grad_norms import per_layer_grad_norms
@@ -100,8 +101,7 @@ class Trainer:
         distributed.barrier()
         if env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(self.config_yaml)
-            write_axes(self.run_dir, self.config)
+            write_run_files(self.run_dir, self.config, self.config_yaml)
         distributed.barrier()
         checkpoint.remove_crashed_saves(self.run_dir, env)
         self._resume()
@@ -320,7 +320,13 @@ class Trainer:
 
     def _resume(self) -> None:
         """The newest checkpoint that loads (a damaged one is set aside, never a silent restart)."""
-        found = checkpoint.load_latest(self.run_dir, self.model.wrapped, self.optimizer, self.env)
+        found = checkpoint.load_latest(
+            self.run_dir,
+            self.model.wrapped,
+            self.optimizer,
+            self.env,
+            needs_every_rank=functools.partial(needs_every_rank, self.loader),
+        )
         if found is None:
             return
         path, state, every_rank_data = found

@@ -125,9 +125,9 @@ class EveryRankData(Sequence):
 
     A resume on the same layout needs only its own rank's (which :func:`_rank_files` has read
     already): 256 ranks reading all 256 rank files each would be 65,536 reads on the shared
-    file system at every requeue. A re-partition over another world size reads them all up
-    front, in the stage whose failure every rank agrees on (:func:`_rank_files`); one over
-    another ``data.num_workers`` reads them when ``data.restore_loader`` asks.
+    file system at every requeue. When the data pipeline says it needs them all (another
+    world size or ``data.num_workers``: a re-partition), :func:`_rank_files` reads them up
+    front, in the stage whose failure every rank agrees on.
     """
 
     def __init__(self, path: Path, written_by: int, read: dict[int, dict]) -> None:
@@ -165,7 +165,14 @@ class EveryRankData(Sequence):
         return extra["data"]
 
 
-def _rank_files(path: Path, env: Env) -> tuple[dict | None, EveryRankData]:
+# (ranks that wrote the checkpoint, this rank's saved data state or None) -> whether the data
+# pipeline needs every rank's state (``data.needs_every_rank``); None: assume it does
+NeedsEveryRank = Callable[[int, Any], bool] | None
+
+
+def _rank_files(
+    path: Path, env: Env, needs_every_rank: NeedsEveryRank = None
+) -> tuple[dict | None, EveryRankData]:
     """This rank's RNG state and every rank's data state. The RNG is this rank's file's, or
     None (left as seeded) when the run that wrote the checkpoint had no such rank; its model
     and optimizer then reshard through DCP."""
@@ -187,12 +194,15 @@ def _rank_files(path: Path, env: Env) -> tuple[dict | None, EveryRankData]:
             env.world_size,
         )
     every_rank = EveryRankData(path, written_by, {env.rank: own} if own is not None else {})
-    if written_by != env.world_size:
-        list(every_rank)  # re-partitioned: all of them are needed, read while ranks agree
+    own_data = own["data"] if own is not None else None
+    if needs_every_rank is None or needs_every_rank(written_by, own_data):
+        list(every_rank)  # all of them are needed: read them while the ranks agree
     return (own["rng"] if own is not None else None), every_rank
 
 
-def load(path: Path, model, optimizer, env: Env) -> tuple[dict, EveryRankData]:
+def load(
+    path: Path, model, optimizer, env: Env, needs_every_rank: NeedsEveryRank = None
+) -> tuple[dict, EveryRankData]:
     """Restore model, optimizer and RNG in place from the checkpoint ``path``; return (trainer
     state, every rank's data state in rank order), the latter for ``data.restore_loader``.
 
@@ -202,9 +212,10 @@ def load(path: Path, model, optimizer, env: Env) -> tuple[dict, EveryRankData]:
     (``training.checkpoint.unpickling``). A failure may leave the model and optimizer partly
     overwritten; a later successful load overwrites all of it: DCP's planner is strict, so
     every tensor and every param-group value of the model and optimizer state dicts is read
-    from the checkpoint.
+    from the checkpoint. ``needs_every_rank``: whether the data pipeline needs the other
+    ranks' data states too (read then, while every rank agrees), or only this rank's.
     """
-    rng, data_states = _on_every_rank(env, lambda: _rank_files(path, env))
+    rng, data_states = _on_every_rank(env, lambda: _rank_files(path, env, needs_every_rank))
     trainer_state = _on_every_rank(env, lambda: json.loads((path / TRAINER_FILE).read_text()))
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
@@ -247,12 +258,14 @@ def set_aside(path: Path, env: Env) -> Path:
     return target
 
 
-def _load_retrying_io_errors(path: Path, model, optimizer, env: Env) -> tuple[dict, EveryRankData]:
+def _load_retrying_io_errors(
+    path: Path, model, optimizer, env: Env, needs_every_rank: NeedsEveryRank
+) -> tuple[dict, EveryRankData]:
     """:func:`load`, tried again after a transient I/O error (:func:`is_transient`): a file
     server's hiccup must not set a good checkpoint aside as damaged."""
     for attempt in range(IO_RETRIES + 1):
         try:
-            return load(path, model, optimizer, env)
+            return load(path, model, optimizer, env, needs_every_rank)
         except Exception as error:
             if attempt == IO_RETRIES or not (is_damage(error) and is_transient(error)):
                 raise
@@ -263,7 +276,7 @@ def _load_retrying_io_errors(path: Path, model, optimizer, env: Env) -> tuple[di
 
 
 def load_latest(
-    run_dir: str | Path, model, optimizer, env: Env
+    run_dir: str | Path, model, optimizer, env: Env, needs_every_rank: NeedsEveryRank = None
 ) -> tuple[Path, dict, EveryRankData] | None:
     """Resume from the newest checkpoint that loads: what ``Trainer._resume`` calls.
 
@@ -280,11 +293,14 @@ def load_latest(
     renames nothing (a requeued job then fails the same way instead of finding no checkpoint).
     Errors that are not damage (:func:`is_damage`: out of memory) propagate at once; an I/O
     error that may pass is retried on the same checkpoint first (``IO_RETRIES`` times).
+    ``needs_every_rank``: as for :func:`load`.
     """
     failures: list[tuple[Path, str]] = []
     for path in reversed(complete_checkpoints(run_dir)):
         try:
-            trainer_state, data_states = _load_retrying_io_errors(path, model, optimizer, env)
+            trainer_state, data_states = _load_retrying_io_errors(
+                path, model, optimizer, env, needs_every_rank
+            )
         except Exception as error:
             if not is_damage(error):
                 raise
