@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from model.loss import linear_cross_entropy
-from scripts.common import markdown, median_ms, synchronize
+from scripts.common import markdown, median_ms_and_peak_gib
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -85,18 +85,9 @@ def measure(
         loss.backward()
         hidden.grad = weight.grad = None
 
-    try:
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        ms = median_ms(step, device, args.warmup, args.repeats)
-        synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else None
-    except torch.OutOfMemoryError:
-        hidden.grad = weight.grad = None
-        return {"name": name, "ms": None, "peak_gib": None}
-    return {"name": name, "ms": ms, "peak_gib": None if peak is None else peak / 2**30}
+    ms, peak_gib = median_ms_and_peak_gib(step, device, args.warmup, args.repeats)
+    hidden.grad = weight.grad = None  # an out-of-memory step may leave them behind
+    return {"name": name, "ms": ms, "peak_gib": peak_gib}
 
 
 def print_table(rows: list[dict], args: argparse.Namespace) -> None:

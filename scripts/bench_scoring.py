@@ -18,7 +18,7 @@ import argparse
 import torch
 
 from model.loss import token_scores
-from scripts.common import markdown, median_ms, synchronize
+from scripts.common import markdown, median_ms_and_peak_gib
 
 IGNORE = -100
 
@@ -73,17 +73,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 def measure(name: str, fn, device: torch.device, args: argparse.Namespace) -> dict:
-    try:
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        ms = median_ms(fn, device, args.warmup, args.repeats)
-        synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else None
-    except torch.OutOfMemoryError:
-        return {"name": name, "ms": None, "peak_gib": None}
-    return {"name": name, "ms": ms, "peak_gib": None if peak is None else peak / 2**30}
+    ms, peak_gib = median_ms_and_peak_gib(fn, device, args.warmup, args.repeats)
+    return {"name": name, "ms": ms, "peak_gib": peak_gib}
 
 
 def print_table(rows: list[dict], args: argparse.Namespace) -> None:

@@ -44,6 +44,26 @@ def median_ms(
     return statistics.median(_time_ms(fn, device, calls) for _ in range(repeats))
 
 
+def median_ms_and_peak_gib(
+    fn: Callable[[], object], device: torch.device, warmup: int, repeats: int
+) -> tuple[float | None, float | None]:
+    """:func:`median_ms`, and the peak of memory allocated on top of what was allocated before,
+    in GiB (CUDA only; None elsewhere). (None, None) when ``fn`` runs out of memory: the table
+    says OOM for that row and the others still run."""
+    cuda = device.type == "cuda"
+    try:
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device) if cuda else 0
+        ms = median_ms(fn, device, warmup, repeats)
+        synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - base if cuda else None
+    except torch.OutOfMemoryError:
+        return None, None
+    return ms, None if peak is None else peak / 2**30
+
+
 def _time_ms(fn: Callable[[], object], device: torch.device, calls: int) -> float:
     start = time.perf_counter()
     for _ in range(calls):
