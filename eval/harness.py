@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from model import Llama
 from model.sampling import GREEDY, generate
+from training import distributed
 
 IGNORE = -100  # a target the model does not score (model.loss)
 
@@ -67,14 +68,10 @@ class ProjectLM(LM):
     # length). Under FSDP2 every forward gathers each block's shards from all ranks, so a rank
     # that is done runs forwards whose output nobody reads until the busiest one is done too.
     def _most_over_ranks(self, n: int) -> int:
-        if self.world_size == 1:
-            return n
-        value = torch.tensor(n, device=self.device)
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return int(value)
+        return int(distributed.all_reduce_max([n], self.device)[0])
 
     def _all_done(self, done: bool) -> bool:
-        return self._most_over_ranks(int(not done)) == 0
+        return not distributed.any_rank(not done, self.device)
 
     @torch.no_grad()
     def _idle_forward(self) -> None:
