@@ -10,6 +10,9 @@
 - ``bytes``: UTF-8 bytes (ids 0-255, BOS 256, EOS 257). For small CPU experiments: with a
   131k vocabulary a tiny model spends nearly all its parameters and FLOPs in the embedding and
   head, so the MLP activation, the thing under study, barely shows in the loss.
+
+Every tokenizer decodes any id a model can sample (see ``Tokenizer.decode``): special and
+reserved ids by their names, the embedding's padding rows as ``<|padding:ID|>``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -33,6 +37,23 @@ LLAMA3_PATTERN = (
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 LLAMA3_SPECIAL = 256
+# Llama 3's special tokens after its BPE ranks, named as llama_models' tokenizer names them; the
+# rest of the 256 are <|reserved_special_token_2|> onwards
+LLAMA3_NAMED = (
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|reserved_special_token_0|>",
+    "<|reserved_special_token_1|>",
+    "<|finetune_right_pad_id|>",
+    "<|step_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eom_id|>",
+    "<|eot_id|>",
+    "<|python_tag|>",
+    "<|image|>",
+)
+PADDING = "<|padding:{id}|>"  # an id past the tokenizer's vocabulary: a padding row of the model
 
 
 class Tokenizer(Protocol):
@@ -45,7 +66,33 @@ class Tokenizer(Protocol):
         """Ids of ``text`` with no special tokens added."""
         ...
 
-    def decode(self, ids: list[int]) -> str: ...
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        """The text of ``ids``, for any id a model can sample: never raises for one in
+        ``[0, model vocabulary)`` (ValueError for a negative id, which no model samples).
+
+        - regular ids: their text, consecutive ones decoded together (bytes split over several
+          tokens join up; an incomplete UTF-8 sequence becomes U+FFFD);
+        - special and reserved ids, those below ``vocab_size`` that are not text (BOS, EOS,
+          Llama 3's 256 special tokens, Tekken's first 1000 ids, SentencePiece's control
+          pieces and ``<unk>``, a transformers tokenizer's special tokens): their name, as the
+          tokenizer's own package prints them with specials kept, e.g. ``<|begin_of_text|>``,
+          ``<|reserved_special_token_197|>`` (Llama 3's 128207), ``</s>``, ``<SPECIAL_20>``;
+          the bytes tokenizer's BOS and EOS are ``<bos>`` and ``<eos>``;
+        - ids from ``vocab_size`` on (the rows by which the model's embedding is padded to a
+          multiple, ``model.vocab_multiple``): ``<|padding:ID|>``, e.g. ``<|padding:128300|>``.
+
+        Why visible rather than dropped: a sample that reads a reserved or padding id says
+        something about the model (a row it was never trained to predict drew probability), and
+        a researcher reading the sample should see that it happened and where, named as the
+        tokenizer's own tools would show it, not a silently shorter text.
+
+        ``skip_special=True`` drops every id that is not text instead (as transformers'
+        ``skip_special_tokens`` and lm-eval's Hugging Face model do) and decodes the text ids
+        around them together: for text that is scored, such as lm-eval's generation tasks,
+        where a name or placeholder would be taken for part of the answer (``<|padding:130000|>``
+        holds a number GSM8K's answer extraction would read).
+        """
+        ...
 
 
 def package_file(package: str, relative: str) -> Path:
@@ -61,9 +108,37 @@ def package_file(package: str, relative: str) -> Path:
     return path
 
 
+def render(
+    ids: list[int],
+    vocab_size: int,
+    text: Callable[[list[int]], str],
+    special_name: Callable[[int], str | None],
+    skip_special: bool,
+) -> str:
+    """``Tokenizer.decode`` for every tokenizer: ``text`` decodes a run of text ids,
+    ``special_name`` names an id below ``vocab_size`` that is not text (None: it is text)."""
+    parts: list[str] = []
+    run: list[int] = []
+    for i in ids:
+        if i < 0:
+            raise ValueError(f"cannot decode token id {i}: ids are non-negative")
+        name = special_name(i) if i < vocab_size else PADDING.format(id=i)
+        if name is None:
+            run.append(i)
+        elif not skip_special:
+            if run:
+                parts.append(text(run))
+                run = []
+            parts.append(name)
+    if run:
+        parts.append(text(run))
+    return "".join(parts)
+
+
 @dataclass
 class TiktokenTokenizer:
-    """A tiktoken BPE whose regular ids are shifted by ``offset`` (Tekken's reserved block)."""
+    """A tiktoken BPE whose regular ids are shifted by ``offset`` (Tekken's reserved block);
+    ``specials`` names every id below ``vocab_size`` that is not a BPE rank."""
 
     name: str
     encoding: object
@@ -71,6 +146,7 @@ class TiktokenTokenizer:
     vocab_size: int
     bos_id: int | None
     eos_id: int
+    specials: dict[int, str]
 
     def encode(self, text: str) -> list[int]:
         ids = self.encoding.encode_ordinary(text)
@@ -86,14 +162,19 @@ class TiktokenTokenizer:
             ids += self.offset
         return ids
 
-    def decode(self, ids: list[int]) -> str:
-        regular = [i - self.offset for i in ids if self.offset <= i < self.vocab_size]
-        return self.encoding.decode(regular)
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        """See ``Tokenizer.decode``."""
+        return render(ids, self.vocab_size, self._text, self.specials.get, skip_special)
+
+    def _text(self, ids: list[int]) -> str:
+        offset = self.offset
+        return self.encoding.decode([i - offset for i in ids] if offset else ids)
 
 
 @cache
 def _tekken() -> TiktokenTokenizer:
     import tiktoken
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
     data = json.loads(package_file(*TEKKEN_FILE).read_text())
     config = data["config"]
@@ -106,7 +187,13 @@ def _tekken() -> TiktokenTokenizer:
     encoding = tiktoken.Encoding(
         name="tekken_240718", pat_str=config["pattern"], mergeable_ranks=ranks, special_tokens={}
     )
-    return TiktokenTokenizer("mistral_nemo", encoding, n_special, vocab_size, 1, 2)
+    # the file names no special tokens: mistral-common names them (<unk>, <s>, </s>, [INST],
+    # ..., then <SPECIAL_20> to <SPECIAL_999>)
+    specials = {i: Tekkenizer.SPECIAL_TOKEN_TEMPLATE.format(id=i) for i in range(n_special)}
+    for info in Tekkenizer.DEPRECATED_SPECIAL_TOKENS:
+        token = info["token_str"]
+        specials[info["rank"]] = getattr(token, "value", token)
+    return TiktokenTokenizer("mistral_nemo", encoding, n_special, vocab_size, 1, 2, specials)
 
 
 @cache
@@ -120,7 +207,10 @@ def _llama3() -> TiktokenTokenizer:
     encoding = tiktoken.Encoding(
         name="llama3", pat_str=LLAMA3_PATTERN, mergeable_ranks=ranks, special_tokens=special
     )
-    return TiktokenTokenizer("llama3", encoding, 0, n + LLAMA3_SPECIAL, n, n + 1)
+    reserved = range(2, 2 + LLAMA3_SPECIAL - len(LLAMA3_NAMED))
+    names = [*LLAMA3_NAMED, *(f"<|reserved_special_token_{k}|>" for k in reserved)]
+    specials = {n + k: name for k, name in enumerate(names)}
+    return TiktokenTokenizer("llama3", encoding, 0, n + LLAMA3_SPECIAL, n, n + 1, specials)
 
 
 @dataclass
@@ -134,8 +224,13 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids)
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        """See ``Tokenizer.decode``: transformers names the special tokens (or skips them)."""
+
+        def text(run: list[int]) -> str:
+            return self.tokenizer.decode(run, skip_special_tokens=skip_special)
+
+        return render(ids, self.vocab_size, text, lambda i: None, skip_special)
 
 
 def _hf(path: str) -> HFTokenizer:
@@ -160,8 +255,14 @@ class SentencePieceTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.processor.encode(text)
 
-    def decode(self, ids: list[int]) -> str:
-        return self.processor.decode(ids)
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        """See ``Tokenizer.decode``: control pieces and ``<unk>`` by their piece (SentencePiece
+        itself drops control pieces and prints ``<unk>`` as `` ⁇ ``)."""
+        return render(ids, self.vocab_size, self.processor.decode, self._special, skip_special)
+
+    def _special(self, i: int) -> str | None:
+        sp = self.processor
+        return sp.id_to_piece(i) if sp.is_control(i) or sp.is_unknown(i) else None
 
 
 def _sentencepiece(path: str) -> SentencePieceTokenizer:
@@ -174,6 +275,9 @@ def _sentencepiece(path: str) -> SentencePieceTokenizer:
         raise ValueError(f"the SentencePiece model {path} has no EOS token")
     bos = sp.bos_id() if sp.bos_id() >= 0 else None
     return SentencePieceTokenizer("sentencepiece", sp, sp.get_piece_size(), bos, sp.eos_id())
+
+
+BYTE_SPECIALS = {256: "<bos>", 257: "<eos>"}
 
 
 @dataclass
@@ -189,8 +293,13 @@ class ByteTokenizer:
     def encode_array(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
 
-    def decode(self, ids: list[int]) -> str:
-        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        """See ``Tokenizer.decode``: BOS and EOS are ``<bos>`` and ``<eos>``."""
+        return render(ids, self.vocab_size, self._text, BYTE_SPECIALS.get, skip_special)
+
+    @staticmethod
+    def _text(ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
 
 
 def load_tokenizer(config: TokenizerConfig) -> Tokenizer:

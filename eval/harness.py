@@ -167,7 +167,7 @@ class ProjectLM(LM):
         def stop(row: int, new: list[int]) -> bool:
             if len(new) >= limits[row]:
                 return True
-            text = self.tokenizer.decode(new)
+            text = self.tokenizer.decode(new, skip_special=True)
             return any(s in text for s in stops[row])
 
         generations = generate(
@@ -182,7 +182,9 @@ class ProjectLM(LM):
         )
         outputs = []
         for generation, until in zip(generations, stops, strict=True):
-            text = self.tokenizer.decode(generation.tokens)
+            # specials and padding ids dropped, as lm-eval's own HF model does: a name or
+            # placeholder must not become part of the answer lm-eval extracts
+            text = self.tokenizer.decode(generation.tokens, skip_special=True)
             for s in until:
                 text = text.split(s)[0]
             outputs.append(text)

@@ -74,3 +74,99 @@ def test_tokenizer_config_errors_name_the_key():
         TokenizerConfig("gpt2")
     with pytest.raises(ValueError, match=r"data\.tokenizer\.path is required"):
         TokenizerConfig("sentencepiece")
+
+
+# Decoding a sample (issue 29, defect 7): a model samples any id of its padded vocabulary.
+# 147456: the paper's padded vocabulary, past both Tekken's and Llama 3's.
+PADDED = 147456
+
+
+@pytest.mark.parametrize("name", ["llama3", "mistral_nemo", "bytes"])
+def test_every_id_of_the_padded_vocabulary_decodes(name):
+    tok = load_tokenizer(TokenizerConfig(name))
+    ids = range(PADDED if name != "bytes" else 384)
+    for i in ids:
+        assert isinstance(tok.decode([i]), str)
+    assert isinstance(tok.decode(list(ids)), str)
+    for i in ids:
+        assert isinstance(tok.decode([i], skip_special=True), str)
+
+
+def test_llama3_reserved_and_padding_ids_render_by_name_or_placeholder():
+    from llama_models.llama3.tokenizer import Tokenizer as Llama3
+
+    tok = load_tokenizer(TokenizerConfig("llama3"))
+    hello = tok.encode("Hello world")
+    sample = [128000, *hello[:1], 128207, *hello[1:], 128300, 128001]
+    assert tok.decode(sample) == (
+        "<|begin_of_text|>Hello<|reserved_special_token_197|> world<|padding:128300|>"
+        "<|end_of_text|>"
+    )
+    assert tok.decode(sample, skip_special=True) == "Hello world"
+    # every special id named as llama_models names it
+    for text, i in Llama3.get_instance().special_tokens.items():
+        assert tok.decode([i]) == text
+    assert tok.decode(tok.encode("Gradient-designed ReLU² ✓")) == "Gradient-designed ReLU² ✓"
+
+
+def test_tekken_reserved_block_renders_as_mistral_common_names_it():
+    from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    from data.tokenizers import TEKKEN_FILE, package_file
+
+    ours = load_tokenizer(TokenizerConfig("mistral_nemo"))
+    theirs = Tekkenizer.from_file(str(package_file(*TEKKEN_FILE)))
+    sample = [1, *ours.encode("a reserved id"), 0, 11, 20, 999, *ours.encode(" here"), 2]
+    keep = SpecialTokenPolicy.KEEP
+    assert ours.decode(sample) == theirs.decode(sample, special_token_policy=keep)
+    assert ours.decode(sample) == "<s>a reserved id<unk><pad><SPECIAL_20><SPECIAL_999> here</s>"
+    assert ours.decode(sample, skip_special=True) == "a reserved id here"
+    assert ours.decode([131072, 147455]) == "<|padding:131072|><|padding:147455|>"
+
+
+def test_byte_tokenizer_names_bos_eos_and_padding():
+    tok = load_tokenizer(TokenizerConfig("bytes"))
+    sample = [256, *tok.encode("é!"), 300, 257]
+    assert tok.decode(sample) == "<bos>é!<|padding:300|><eos>"
+    assert tok.decode(sample, skip_special=True) == "é!"
+    # bytes of one character on both sides of a dropped id still join up
+    assert tok.decode([0xC3, 300, 0xA9], skip_special=True) == "é"
+    with pytest.raises(ValueError, match="-100"):
+        tok.decode([-100])
+
+
+def test_sentencepiece_and_hf_decode_specials_and_padding(tmp_path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from scripts.train_sentencepiece import train
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(real_documents()))
+    sp = load_tokenizer(
+        TokenizerConfig("sentencepiece", path=str(train([str(corpus)], tmp_path / "sp", 600)))
+    )
+    body = sp.encode("the model")
+    eos = sp.processor.id_to_piece(sp.eos_id)
+    assert sp.decode([*body, sp.eos_id, 640]) == f"the model{eos}<|padding:640|>"
+    assert sp.decode([*body, sp.eos_id, 640], skip_special=True) == "the model"
+    for i in range(640):
+        assert isinstance(sp.decode([i]), str)
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel()
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(
+        real_documents(), trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "</s>"])
+    )
+    hf_dir = tmp_path / "hf"
+    PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>").save_pretrained(hf_dir)
+    hf = load_tokenizer(TokenizerConfig("hf", path=str(hf_dir)))
+    body = hf.encode("the model")
+    text = hf.decode(body)
+    assert text.strip() == "the model"  # the byte-level pre-tokenizer adds a leading space
+    assert hf.decode([*body, hf.eos_id, 450]) == f"{text}</s><|padding:450|>"
+    assert hf.decode([*body, hf.eos_id, 450], skip_special=True) == text
+    for i in range(512):
+        assert isinstance(hf.decode([i]), str)
