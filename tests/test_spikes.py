@@ -1,6 +1,8 @@
 """The loss-spike monitor on constructed series, and in the trainer."""
 
+import json
 import math
+import random
 import statistics
 
 import pytest
@@ -74,7 +76,12 @@ def test_non_finite_steps_stop_the_run_at_the_limit_and_a_healthy_step_resets_th
     assert not health.should_update(1.0, math.nan)
     with pytest.raises(NonFiniteTrainingError, match=r"2 consecutive.*max_bad_steps=2"):
         health.settle(5, False, 1.0, math.nan, report=True)
-    assert health.state_dict() == {"skipped": 3, "bad_in_a_row": 2, "spikes": 0}
+    assert health.state_dict() == {
+        "skipped": 3,
+        "bad_in_a_row": 2,
+        "spikes_in_a_row": [],
+        "spikes": None,
+    }
 
 
 def test_a_skipped_spike_is_counted_as_skipped_but_not_as_a_bad_step():
@@ -105,6 +112,7 @@ def test_the_trainer_counts_spikes_logs_them_and_skips_them_only_when_asked(
             "trainer.spike_window": 10,
             "trainer.spike_threshold": 0.1,
             "trainer.spike_skip": str(skip).lower(),
+            "trainer.spike_skip_limit": 1000,  # every spike skipped: none taken as a new level
         },
     )
     assert run_in_process(overrides) == 0
@@ -112,3 +120,64 @@ def test_the_trainer_counts_spikes_logs_them_and_skips_them_only_when_asked(
     assert last["spikes"] > 0
     assert last["skipped_steps"] == (last["spikes"] if skip else 0)
     assert caplog.text.count("spike") >= last["spikes"]
+
+
+def level_shift(steps: int, shift_at: int, seed: int = 0) -> list[float]:
+    """A gradient norm around 1.0 that moves to around 1.2 for good at ``shift_at``: what a
+    learning-rate change does (noise 1%, so the shift is 20 standard deviations)."""
+    rng = random.Random(seed)
+    return [(1.2 if i >= shift_at else 1.0) + rng.gauss(0, 0.01) for i in range(steps)]
+
+
+def judge(health: StepHealth, norms: list[float], start: int = 1) -> list[bool]:
+    verdicts = []
+    for step, norm in enumerate(norms, start=start):
+        verdicts.append(health.should_update(2.0, norm))
+        health.settle(step, verdicts[-1], 2.0, norm, report=False)
+    return verdicts
+
+
+def test_skipping_spikes_never_freezes_a_run_after_a_lasting_shift_of_the_level():
+    """Issue 29 defect 3: with a skipped spike kept out of the window, a lasting shift made
+    every later step a spike (200 updates applied of 1000, exit 0). Now at most
+    ``skip_limit`` spikes in a row are skipped, then the shift is the new level."""
+    health = StepHealth(5, SpikeMonitor(100, 6.0), True, skip_limit=5)
+    verdicts = judge(health, level_shift(1000, 200))
+    assert all(verdicts[:200])  # the noise alone is no spike
+    assert not any(verdicts[200:204])  # the first spikes of the burst are skipped ...
+    assert verdicts[204]  # ... the fifth in a row is taken as the new level
+    assert sum(verdicts) >= 990
+    longest = max(len(run) for run in "".join("x" if v else "s" for v in verdicts).split("x"))
+    assert longest <= 4
+    assert health.skipped == 1000 - sum(verdicts)
+    assert health.bad_in_a_row == 0  # skipped spikes are not non-finite steps
+
+
+def test_a_resumed_spike_monitor_gives_the_verdicts_of_the_uninterrupted_one():
+    """Issue 29 defect 4: the window is part of the state, so a run stopped and resumed at
+    any step skips exactly the steps the uninterrupted run skips (count, streak and window)."""
+    norms = level_shift(400, 150, seed=1) + [3.0, 1.2, 3.1, 3.2, 1.21, 1.19] * 5
+
+    def fresh() -> StepHealth:
+        return StepHealth(5, SpikeMonitor(50, 4.0), True, skip_limit=3)
+
+    whole = judge(fresh(), norms)
+    assert not all(whole)  # the series has skipped spikes to reproduce
+    for stop in (12, 151, 152, 401, 403):
+        first = fresh()
+        before = judge(first, norms[:stop])
+        saved = json.loads(json.dumps(first.state_dict()))  # as trainer.json holds it
+        resumed = fresh()
+        resumed.load_state_dict(saved)
+        after = judge(resumed, norms[stop:], start=stop + 1)
+        assert before + after == whole, stop
+        assert (resumed.skipped, resumed.spike_count) == (
+            whole.count(False),
+            fresh_count(norms),
+        )
+
+
+def fresh_count(norms: list[float]) -> int:
+    health = StepHealth(5, SpikeMonitor(50, 4.0), True, skip_limit=3)
+    judge(health, norms)
+    return health.spike_count

@@ -123,23 +123,26 @@ def test_fsdp2_bf16_keeps_and_logs_the_activation_scalars_in_fp32(corpus, tmp_pa
                 "trainer.eval_every": 0,
                 "trainer.checkpoint_every": 0,
                 "optim.lr": 0.01,  # the alphas move by ~lr per step: well off their init
-                "logging.grad_norms_every": 3,
+                "logging.grad_norms_every": 2,
             },
         )
         code, output = run(overrides, torchrun=2, timeout=240)
         assert code == 0, output[-3000:]
         runs[parallelism] = _alphas(run_dir, 6)
         grad_norms[parallelism] = norms(run_dir)
-    assert sorted(grad_norms["ddp"]) == [3, 6] and len(grad_norms["ddp"][3]) == 6
-    # step 3 to fp32 summation order; by step 6 the two bf16 trajectories have drifted apart
-    # (reduce-scatter vs all-reduce order, then bf16 rounding) by a few 1e-3
-    assert grad_norms["fsdp"][3] == pytest.approx(grad_norms["ddp"][3], rel=1e-5)
-    assert grad_norms["fsdp"][6] == pytest.approx(grad_norms["ddp"][6], rel=1e-2)
+    assert sorted(grad_norms["ddp"]) == [2, 4, 6] and len(grad_norms["ddp"][2]) == 6
+    # step 2 to fp32 summation order. The global norms of step 1 already differ in the 7th
+    # digit (the sharded norm is summed in another order), clipping is active at lr 0.01, and
+    # a weight that sits at a bf16 rounding boundary rounds the other way: from step 3 on the
+    # two bf16 trajectories drift apart by a few 1e-3 (measured on this project's CPU machine)
+    assert grad_norms["fsdp"][2] == pytest.approx(grad_norms["ddp"][2], rel=1e-5)
+    assert grad_norms["fsdp"][6] == pytest.approx(grad_norms["ddp"][6], rel=2e-2)
     ddp, fsdp = runs["ddp"], runs["fsdp"]
     assert len(fsdp) == 4 and fsdp.keys() == ddp.keys()  # alpha_p and alpha_n of 2 layers
     for key, value in ddp.items():
         assert abs(value - 0.8) > 1e-5, key  # trained, not at the initial value
-        assert fsdp[key] == pytest.approx(value, abs=2e-6), key
+        # the trajectories drift (above), by far less than bf16's spacing of 4e-3 at 0.8
+        assert fsdp[key] == pytest.approx(value, abs=2e-5), key
         # bf16 holds 0.797 and 0.801, 4e-3 apart here: the logged value is none of them
         assert fsdp[key] != float(torch.tensor(fsdp[key]).bfloat16()), key
     model, _, step = load_trained_model(tmp_path / "fsdp")

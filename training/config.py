@@ -120,6 +120,9 @@ class TrainerConfig:
         and reported with their step and value.
     spike_threshold: how many standard deviations above the window's mean make a spike.
     spike_skip: skip the update of a spike step (counted in ``skipped_steps``); off by default.
+    spike_skip_limit: with ``spike_skip``, this many spikes in a row are a new level, not a
+        burst: the step is applied and their values join the window, so a lasting shift (a
+        learning-rate change) never freezes the run (``training/step_health.py``).
     downstream_every: steps between downstream evaluations with lm-eval (``eval.downstream``:
         every rank scores its share of the documents), and at the end; 0 disables.
         Logged as ``downstream/<task>/<metric>`` beside ``val/loss``, with the call's cost in
@@ -167,6 +170,7 @@ class TrainerConfig:
     spike_window: int = 100
     spike_threshold: float = 6.0
     spike_skip: bool = False
+    spike_skip_limit: int = 5
     downstream_every: int = 0
     downstream_tasks: list[str] = field(
         default_factory=lambda: ["piqa", "arc_easy", "arc_challenge", "hellaswag", "winogrande"]
@@ -259,6 +263,7 @@ BOUNDS = {
     "trainer.eval_batches": 0,
     "trainer.max_bad_steps": 1,
     "trainer.spike_window": 0,
+    "trainer.spike_skip_limit": 1,
     "trainer.downstream_every": 0,
     "trainer.collective_timeout_s": 1,
     "logging.diagnostics_every": 0,

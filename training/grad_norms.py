@@ -8,7 +8,8 @@ summed gradient of the step, before clipping. Each block's parameters are groupe
 - ``act``: the activation's trainable scalars (xIELU's alpha_p and alpha_n, a trainable beta).
 
 Under DDP every rank holds the whole (reduced) gradient; under FSDP2 each holds a shard of a
-DTensor, so the squared sums of the local shards are summed over ranks.
+DTensor, so the squared sums of the local shards are summed over ranks, and the parameters that
+bf16 FSDP2 keeps whole on every rank (norms, activation scalars) are counted once.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def per_layer_grad_norms(model, device: torch.device) -> dict[str, float]:
     parameters (``act`` of ReLU², SwiGLU) is left out."""
     layers = getattr(model, "bare", model).layers
     sums = torch.zeros(len(layers), len(GROUPS), dtype=torch.float64, device=device)
+    whole = torch.zeros_like(sums)  # gradients every rank holds in full
     present = torch.zeros(len(layers), len(GROUPS), dtype=torch.bool)
     sharded = False
     for i, layer in enumerate(layers):
@@ -52,11 +54,14 @@ def per_layer_grad_norms(model, device: torch.device) -> dict[str, float]:
             if grad is None:
                 continue
             if hasattr(grad, "to_local"):  # a DTensor shard (FSDP2)
-                grad, sharded = grad.to_local(), True
-            sums[i, j] += grad.detach().double().pow(2).sum()
+                sharded = True
+                sums[i, j] += grad.to_local().detach().double().pow(2).sum()
+            else:
+                whole[i, j] += grad.detach().double().pow(2).sum()
     flat = sums.flatten().tolist()
     if sharded:
         flat = distributed.all_reduce_sum(flat, device)
+    flat = [a + b for a, b in zip(flat, whole.flatten().tolist(), strict=True)]
     return {
         f"grad_norm/{group}/layer_{i:02d}": math.sqrt(flat[i * len(GROUPS) + j])
         for i in range(len(layers))

@@ -23,6 +23,7 @@ from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint, distributed
 from training.axes import refuse_other_runs_checkpoints, write_run_files
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
+from training.components import Periodic, PeriodicWork, TrainerState
 from training.config import ExperimentConfig, validate
 from training.grad_norms import per_layer_grad_norms
 from training.measurements import Measurements
@@ -32,7 +33,7 @@ from training.metrics import (
     device_peak_flops,
     peak_memory_gib,
 )
-from training.optim import build_optimizer, set_learning_rate
+from training.optim import build_optimizer, reapply_config, set_learning_rate
 from training.parallelize import parallelize, plan_from_config
 from training.preemption import (
     EXIT_PREEMPTED,
@@ -77,12 +78,26 @@ class Trainer:
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
         self.measure = Measurements(config, self.env, self.model, self.tokenizer, self.run_dir)
         self.step, self.tokens = 0, 0
-        self.missed_eval = False
         spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
-        self.health = StepHealth(t.max_bad_steps, spikes, t.spike_skip)
+        self.health = StepHealth(t.max_bad_steps, spikes, t.spike_skip, t.spike_skip_limit)
         self.profiler = StepProfiler(t.profile_steps, t.run_dir, self.env.rank, self.env.device)
         s = config.schedule  # validated at the end of the stable phase, whatever eval_every is
-        self.stable_end = t.steps - s.decay_steps if s.name == "wsd" and s.decay_steps else None
+        stable_end = (t.steps - s.decay_steps,) if s.name == "wsd" and s.decay_steps else ()
+        # the measurements, in the order they run at a step; each is logged at each of its
+        # steps exactly once, even when a stop signal interrupts that step (components.py)
+        self.work = PeriodicWork(
+            [
+                Periodic(
+                    "diagnostics", config.logging.diagnostics_every, self._diagnose, (0, t.steps)
+                ),
+                Periodic("validation", t.eval_every, self._evaluate, (*stable_end, t.steps)),
+                Periodic("downstream", t.downstream_every, self._downstream, (t.steps,)),
+            ]
+        )
+        # every part whose state changes the run's future: saved and restored together
+        self.state = TrainerState()
+        self.state.register("health", self.health)
+        self.state.register("work", self.work)
         self.preemption = Preemption()
         self.injected_signal = parse_debug_signal(t.debug_signal)  # (signal, step, rank) or None
         self.writer = CheckpointWriter(
@@ -112,11 +127,9 @@ class Trainer:
             self._announce()
         self.preemption.install()
         data = iter(self.loader)
-        if self.missed_eval:  # stopped at an eval step before evaluating: do it now
-            self._evaluate()
-            self.missed_eval = False
+        self.work.run_pending()  # what a stop signal interrupted, on the restored weights
         if self.step == 0:
-            self._diagnose()  # the regime at initialisation
+            self.work.at_step(0, interrupted=False)  # the regime at initialisation
         exit_code = 0
         started, start_step = time.perf_counter(), self.step
         try:
@@ -134,8 +147,6 @@ class Trainer:
                     elapsed = time.perf_counter() - started
                     rate = (self.step - start_step) / max(elapsed, 1e-9)
                     self._log(metrics, step_time, (t.steps - self.step) / max(rate, 1e-9))
-                if self._should(self.config.logging.diagnostics_every) or self.step == t.steps:
-                    self._diagnose()
                 self._debug_signal()
                 # a stop signal goes straight to the checkpoint: the grace period is short
                 wish = self.preemption.agreed_wish(env.device)
@@ -144,16 +155,7 @@ class Trainer:
                     log.warning(
                         "signal %s received", self.preemption.requested or "on another rank"
                     )
-                evaluate = t.eval_every and (
-                    self._should(t.eval_every) or self.step in (self.stable_end, t.steps)
-                )
-                if evaluate and not preempted:
-                    self._evaluate()
-                downstream = self._should(t.downstream_every) or self.step == t.steps
-                if t.downstream_every and downstream and not preempted:
-                    self._downstream()
-                # a stop signal at an eval step: the resumed run evaluates this step first
-                self.missed_eval = bool(evaluate and preempted)
+                self.work.at_step(self.step, interrupted=preempted)
                 if self._should(t.checkpoint_every) or self.step == t.steps or preempted:
                     self._save()
                 if preempted:
@@ -241,10 +243,9 @@ class Trainer:
             log.info("step %d downstream: %s", self.step, shown)
 
     def _diagnose(self) -> None:
-        if self.config.logging.diagnostics_every:
-            record = self.measure.diagnostics()
-            if self.env.is_main:
-                self.logger.log(self.step, record, console=False)
+        record = self.measure.diagnostics()
+        if self.env.is_main:
+            self.logger.log(self.step, record, console=False)
 
     def _log(self, metrics: dict, step_time: float, eta: float) -> None:
         per_layer = self.model.activation_scalars()  # a collective under FSDP: every rank
@@ -294,12 +295,7 @@ class Trainer:
 
     # ----------------------------------------------------------------------------------------
     def _trainer_state(self) -> dict:
-        return {
-            "step": self.step,
-            "tokens": self.tokens,
-            "missed_eval": self.missed_eval,
-            **self.health.state_dict(),
-        }
+        return {"step": self.step, "tokens": self.tokens, **self.state.state_dict()}
 
     def _save(self) -> None:
         t = self.config.trainer
@@ -332,10 +328,13 @@ class Trainer:
         path, state, every_rank_data = found
         restore_loader(self.loader, every_rank_data)  # data decides: as saved, or re-partitioned
         self.step, self.tokens = state["step"], state["tokens"]
-        self.health.load_state_dict(state)
-        self.missed_eval = state.get("missed_eval", False)
+        self.state.load_state_dict(state)
+        # the config's optimizer settings, not the checkpoint's (the config says what runs)
+        changes = reapply_config(self.optimizer, self.model.bare, self.config.optim)
         if self.env.is_main:
             log.info("resumed from %s at step %d", path, self.step)
+            for change in changes:
+                log.warning("resumed with the config's optimizer setting: %s", change)
 
     def release_model(self) -> None:
         """Drop the model and optimizer while the process group still exists.

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from data import build_validation_loader
+from training.checkpoint.rng import preserved_rng
 from training.config import ExperimentConfig
 from training.diagnostics import diagnostic_scalars, mlp_diagnostics
 from training.distributed import Env
@@ -65,17 +66,20 @@ class Measurements:
 
         t = self.config.trainer
         started = time.perf_counter()
-        results = during_training(
-            self.model.bare,
-            self.tokenizer,
-            t.downstream_tasks,
-            t.downstream_limit,
-            t.downstream_data,
-            self.run_dir / "downstream_tasks",
-            self.env,
-            self.config.data.tokenizer.add_bos,
-            t.micro_batch,
-        )
+        # the training precision (a bf16 FSDP2 block's weights are gathered in bf16), and
+        # the run's RNG untouched by lm-eval's reseeding
+        with self.model.autocast(), preserved_rng():
+            results = during_training(
+                self.model.bare,
+                self.tokenizer,
+                t.downstream_tasks,
+                t.downstream_limit,
+                t.downstream_data,
+                self.run_dir / "downstream_tasks",
+                self.env,
+                self.config.data.tokenizer.add_bos,
+                t.micro_batch,
+            )
         self.model.train()
         if results is None:
             return {}

@@ -136,12 +136,46 @@ class TrainingModel:
             )
         return contextlib.nullcontext()
 
+    def _replicated(self) -> list[nn.Parameter]:
+        """Under FSDP2, the parameters every rank keeps whole (``apply_fsdp``'s fp32 norms and
+        activation scalars under bf16): not DTensors, so FSDP neither gathers nor reduces them."""
+        if not self.fsdp:
+            return []
+        return [p for p in self.wrapped.parameters() if not hasattr(p, "to_local")]
+
+    def finish_gradients(self) -> None:
+        """Average the whole-on-every-rank parameters' gradients over ranks (in fp32, as FSDP2
+        reduces the rest), once the step's last micro-batch has been backpropagated."""
+        replicated = [p for p in self._replicated() if p.grad is not None]
+        if not replicated:
+            return
+        import torch.distributed as dist
+
+        flat = torch.cat([p.grad.reshape(-1).float() for p in replicated])
+        dist.all_reduce(flat)
+        flat /= self.env.world_size
+        for param, grad in zip(replicated, flat.split([p.numel() for p in replicated])):
+            param.grad.copy_(grad.view_as(param.grad))
+
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """Clip to ``max_norm`` (``inf``: measure only); the global norm over all ranks, as a
         tensor (reading it waits for the device)."""
-        norm = torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), max_norm, foreach=True)
-        if hasattr(norm, "full_tensor"):  # FSDP2: the norm is a DTensor over the shards
-            norm = norm.full_tensor()
+        params = [p for p in self.wrapped.parameters() if p.grad is not None]
+        whole = [p for p in params if not hasattr(p, "to_local")]
+        sharded = [p for p in params if hasattr(p, "to_local")]
+        norm = None
+        if whole:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in whole], foreach=True)
+        if sharded:  # FSDP2: the norm of DTensor shards is itself a DTensor over the ranks
+            grads = [p.grad for p in sharded]
+            norm_sharded = torch.nn.utils.get_total_norm(grads, foreach=True).full_tensor()
+            both = norm_sharded if norm is None else torch.stack([norm, norm_sharded])
+            norm = torch.linalg.vector_norm(both)
+        if norm is None:
+            return torch.zeros((), device=self.env.device)
+        for group in (whole, sharded):
+            if group:
+                torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm, foreach=True)
         return norm
 
     def local_weights_finite(self) -> bool:
@@ -152,9 +186,9 @@ class TrainingModel:
         )
 
     def activation_scalars(self) -> list[dict[str, float]]:
-        """Per-layer activation scalars; under FSDP2 each activation is gathered to read them
-        (in fp32: ``apply_fsdp`` keeps them so, the values the optimizer holds)."""
-        if not self.fsdp:
+        """Per-layer activation scalars, fp32 as the optimizer holds them (under bf16 FSDP2
+        every rank keeps them whole; under fp32 FSDP2 each block is gathered to read them)."""
+        if not self.fsdp or self.plan.bf16:
             return self.bare.activation_scalars()
         from torch.distributed.fsdp import FSDPModule
 
@@ -209,23 +243,28 @@ def apply_fsdp(model: nn.Module, plan: ParallelPlan) -> None:
         if plan.bf16
         else MixedPrecisionPolicy()
     )
-    # The activation's scalars (alphas, a trainable beta) and the norms' weights are sharded on
-    # their own and gathered in fp32, as DDP under autocast uses them: gathered in bf16 with the
-    # block, softplus would run on bf16-rounded raw alphas (0.80095 and 0.80045 both 0.80078).
-    fp32 = MixedPrecisionPolicy(reduce_dtype=torch.float32, cast_forward_inputs=False)
+    # The activation's scalars (alphas, a trainable beta) and the norms' weights stay out of
+    # FSDP under bf16: gathered in bf16 with the block, softplus would run on bf16-rounded raw
+    # alphas (0.80095 and 0.80045 both 0.80078). They are few (2 x dim + 3 per block), so every
+    # rank keeps them whole, in fp32, as DDP under autocast uses them, and
+    # ``TrainingModel.finish_gradients`` averages their gradients. Sharding them as FSDP units
+    # of their own would put FSDP's hooks inside the block: under selective checkpointing the
+    # recomputation then runs other bookkeeping ops than the forward did (a root pre-forward,
+    # a prefetched all-gather) and backward fails; it would also cost three small all-gathers
+    # per block and pass.
     reshard = plan.fsdp_reshard_after_forward
     for block in model.layers:
-        if plan.bf16:
-            for module in fp32_in_bf16_blocks(block):
-                fully_shard(module, mp_policy=fp32, reshard_after_forward=reshard)
-        fully_shard(block, mp_policy=blocks, reshard_after_forward=reshard)
+        whole = (
+            {p for m in fp32_in_bf16_blocks(block) for p in m.parameters()} if plan.bf16 else None
+        )
+        fully_shard(block, mp_policy=blocks, reshard_after_forward=reshard, ignored_params=whole)
     # the root (embedding, final norm, head) is needed again at once by backward: keep it
     fully_shard(model, mp_policy=MixedPrecisionPolicy(), reshard_after_forward=False)
 
 
 def fp32_in_bf16_blocks(block: nn.Module) -> list[nn.Module]:
-    """The submodules of a block whose parameters stay fp32 under bf16 FSDP2: the norms and
-    an activation that has trainable scalars."""
+    """The submodules of a block whose parameters stay fp32, whole on every rank, under bf16
+    FSDP2: the norms and an activation that has trainable scalars."""
     from model.layers import RMSNorm
 
     keep = [m for m in block.modules() if isinstance(m, RMSNorm)]

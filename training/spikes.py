@@ -5,7 +5,8 @@ deviations above the mean of the previous ``window`` steps. Only upward jumps co
 that falls fast early in training is not a spike. Detection starts once ``MIN_HISTORY`` steps
 are known. Spikes are counted (``spikes`` in ``metrics.jsonl`` and wandb), each is reported with
 its step and value, and with ``trainer.spike_skip`` the step's update is skipped; a skipped
-step's values stay out of the window, so a burst of bad steps does not become the new normal.
+step's values stay out of the window, so a burst of bad steps does not become the new normal,
+until ``training.step_health`` decides that a long enough burst is the new normal.
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ class SpikeMonitor:
                 found.append(Spike(metric, value, z, mean))
         self.count += bool(found)
         return found
+
+    def state_dict(self) -> dict:
+        """The window and the count: a resumed run judges its next step as the uninterrupted
+        run would (JSON values, for the checkpoint's ``trainer.json``)."""
+        return {"count": self.count, "history": {k: list(v) for k, v in self.history.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.count = state["count"]
+        for metric, values in state["history"].items():
+            self.history[metric].clear()
+            self.history[metric].extend(values)  # a shorter window keeps the newest values
 
     def record(self, values: dict[str, float]) -> None:
         """Add a step's values to the window (finite ones only)."""

@@ -67,6 +67,7 @@ def train_step(
         loss_sum += loss.detach().double()
         del loss
         on_phase(f"backward {micro + 1}")
+    model.finish_gradients()
     if before_clip is not None:
         before_clip()
     grad_norm = model.clip_grad_norm_(grad_clip or math.inf)

@@ -5,6 +5,14 @@ them in a row stop the run without checkpointing, since the weights may be damag
 last checkpoint is good. A spike (``training.spikes``) is counted and reported, and its update
 skipped only with ``trainer.spike_skip``. Every rank reaches the same verdict: the trainer sums
 the loss over ranks before asking, and the gradient norm is already global.
+
+Skipping spikes must never stop learning for good: a skipped step's values stay out of the
+window, so after a lasting shift of the level (a gradient norm moving from 1.0 to 1.2 after a
+learning-rate change) every later step would be a "spike" and skipped, and the run would end
+with exit 0 having learned nothing. So ``trainer.spike_skip_limit`` spikes in a row are taken
+as a new level, not a burst: their values join the window, the step is applied, and a warning
+says so. Adapting, rather than stopping the run, keeps a healthy run going through a change of
+regime; a run that really diverges still ends through the non-finite rule.
 """
 
 from __future__ import annotations
@@ -22,15 +30,25 @@ class NonFiniteTrainingError(RuntimeError):
 
 
 class StepHealth:
-    def __init__(self, max_bad_steps: int, spikes: SpikeMonitor | None, skip_spikes: bool) -> None:
+    def __init__(
+        self,
+        max_bad_steps: int,
+        spikes: SpikeMonitor | None,
+        skip_spikes: bool,
+        skip_limit: int = 5,
+    ) -> None:
         self.max_bad_steps, self.spikes, self.skip_spikes = max_bad_steps, spikes, skip_spikes
+        self.skip_limit = skip_limit
         self.skipped = 0  # updates skipped over the run, for any reason
         self.bad_in_a_row = 0  # consecutive non-finite steps
+        self.spikes_in_a_row: list[dict[str, float]] = []  # the values of skipped spikes
         self.found: list[Spike] = []  # the spikes of the step being judged
+        self.new_level = False  # the step being judged ended a run of skipped spikes
+        self.spike_skipped = False  # the step being judged is a skipped spike
 
     def should_update(self, loss: float, grad_norm: float) -> bool:
         """The verdict on a step, given before its update."""
-        self.found = []
+        self.found, self.new_level, self.spike_skipped = [], False, False
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             return False
         if self.spikes is None:
@@ -38,7 +56,14 @@ class StepHealth:
         values = {"loss": loss, "grad_norm": grad_norm}
         self.found = self.spikes.check(values)
         if self.found and self.skip_spikes:
-            return False  # its values stay out of the window
+            if len(self.spikes_in_a_row) + 1 < self.skip_limit:
+                self.spikes_in_a_row.append(values)
+                self.spike_skipped = True
+                return False  # its values stay out of the window
+            self.new_level = True  # a lasting shift: the burst joins the window
+            for earlier in self.spikes_in_a_row:
+                self.spikes.record(earlier)
+        self.spikes_in_a_row = []
         self.spikes.record(values)
         return True
 
@@ -47,6 +72,14 @@ class StepHealth:
         rank writes the spike warnings (rank 0). Raises ``NonFiniteTrainingError`` at the
         ``max_bad_steps``-th non-finite step in a row."""
         for spike in self.found if report else []:
+            action = ""
+            if self.new_level:
+                action = (
+                    f"; update applied: {self.skip_limit} spikes in a row "
+                    "(trainer.spike_skip_limit) are taken as a new level, which joins the window"
+                )
+            elif self.skip_spikes:
+                action = "; update skipped (trainer.spike_skip)"
             log.warning(
                 "step %d: %s spike %.4g, %.1f standard deviations above the mean %.4g of the "
                 "last %d steps%s",
@@ -56,13 +89,13 @@ class StepHealth:
                 spike.zscore,
                 spike.mean,
                 len(self.spikes.history[spike.metric]),
-                "; update skipped (trainer.spike_skip)" if self.skip_spikes else "",
+                action,
             )
         if stepped:
             self.bad_in_a_row = 0
             return
         self.skipped += 1
-        if self.found and self.skip_spikes:
+        if self.spike_skipped:
             return
         self.bad_in_a_row += 1
         log.warning(
@@ -84,13 +117,17 @@ class StepHealth:
         return None if self.spikes is None else self.spikes.count
 
     def state_dict(self) -> dict:
+        """Everything a later verdict depends on, the spike window included: a resumed run
+        skips exactly the steps the uninterrupted run skips."""
         return {
             "skipped": self.skipped,
             "bad_in_a_row": self.bad_in_a_row,
-            "spikes": self.spike_count or 0,
+            "spikes_in_a_row": [dict(v) for v in self.spikes_in_a_row],
+            "spikes": None if self.spikes is None else self.spikes.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.skipped, self.bad_in_a_row = state["skipped"], state["bad_in_a_row"]
-        if self.spikes is not None:
-            self.spikes.count = state.get("spikes", 0)
+        self.spikes_in_a_row = [dict(v) for v in state["spikes_in_a_row"]]
+        if self.spikes is not None and state["spikes"] is not None:
+            self.spikes.load_state_dict(state["spikes"])

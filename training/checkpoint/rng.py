@@ -6,7 +6,9 @@ unpickling``): numpy's own state holds an ndarray, which does not.
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -38,3 +40,15 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state((n["bit_generator"], key, n["pos"], n["has_gauss"], n["cached_gaussian"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
+
+
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Every RNG as it was before the block: for work that reseeds them (lm-eval's
+    ``simple_evaluate`` seeds Python, NumPy and torch on every call), so that whether it ran
+    at a step, or was interrupted there and done on resume, the run draws the same numbers."""
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)
