@@ -107,7 +107,6 @@ def test_accumulated_gradients_stay_alive_at_the_peak():
 
 def test_fsdp2_accumulation_keeps_full_unsharded_fp32_gradients_on_every_rank():
     config = tiny()
-    count = sum(p.numel() for p in parameter_tensors(config))
     synced = estimate(config, BATCH, SEQ, world_size=2, micro_steps=1)
     accumulated = estimate(config, BATCH, SEQ, world_size=2, micro_steps=2)
     sharded = sum(p.numel() for p in split_whole(config)[0])
@@ -118,7 +117,6 @@ def test_fsdp2_accumulation_keeps_full_unsharded_fp32_gradients_on_every_rank():
 @pytest.mark.slow
 def test_fsdp2_reducing_every_micro_batch_keeps_only_this_ranks_gradient_shard():
     config = tiny()
-    count = sum(p.numel() for p in parameter_tensors(config))
     synced = estimate(config, BATCH, SEQ, world_size=2, micro_steps=1)
     accumulated = estimate(config, BATCH, SEQ, world_size=2, micro_steps=2)
     reduced = estimate(

@@ -154,7 +154,9 @@ class TrainingModel:
         flat = torch.cat([p.grad.reshape(-1).float() for p in replicated])
         dist.all_reduce(flat)
         flat /= self.env.world_size
-        for param, grad in zip(replicated, flat.split([p.numel() for p in replicated])):
+        for param, grad in zip(
+            replicated, flat.split([p.numel() for p in replicated]), strict=True
+        ):
             param.grad.copy_(grad.view_as(param.grad))
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
