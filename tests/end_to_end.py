@@ -1,0 +1,153 @@
+"""The end-to-end tier's cases: each shipped experiment as shipped but small, every instrument on.
+
+``shrunk(experiment, run_dir)`` is the one size override of the tier: it sets only sizes,
+lengths and cadences (dims, layers, heads, sequence, batch, steps, warmup/decay, evaluation and
+checkpoint cadence, evaluation batches, validation documents), so parallelism, precision,
+compile, activation checkpointing, schedule shape, tokenizer and vocabulary stay the preset's
+own. Presets that read local files get the c4 sample in ``../shared/data/c4``; the others keep
+the builtin corpus. ``instruments()`` turns on everything a researcher can turn on.
+
+The cadences are chosen so that step ``STOP`` is a validation, downstream, diagnostics,
+gradient-norm and checkpoint step at once: the interruption the tier sends lands on all of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from train_helpers import CONFIGS, ROOT
+
+SHARED_DATA = ROOT.parent / "shared" / "data"
+LOCAL_CORPUS = SHARED_DATA / "c4"
+EVAL_DATA = SHARED_DATA / "eval"
+
+STEPS = 8
+STOP = 4  # validation, downstream, diagnostics, gradient norms and a checkpoint happen here
+EVERY = 4
+GRAD_NORMS_EVERY = 2
+WARMUP, DECAY = 2, 3  # wsd: the stable phase ends at step 5, another validation point
+PROFILE = (2, 3)  # before STOP: the resumed run does not profile again
+
+EXPERIMENTS = sorted(path.stem for path in (CONFIGS / "experiment").glob("*.yaml"))
+
+
+def reads_local_files(experiment: str) -> bool:
+    text = (CONFIGS / "experiment" / f"{experiment}.yaml").read_text()
+    return "override /data: local" in text
+
+
+def shrunk(experiment: str, run_dir: Path) -> list[str]:
+    """``experiment`` with sizes, lengths and cadences only made small."""
+    values = {
+        "experiment": experiment,
+        "model.dim": 32,
+        "model.n_layers": 2,
+        "model.n_heads": 2,
+        "model.gated_hidden": 64,
+        "model.max_seq_len": 64,
+        "data.seq_len": 32,
+        "data.validation_documents": 8,
+        "trainer.global_batch": 4,  # 2 ranks x 1 sequence x 2 accumulated micro-batches
+        "trainer.micro_batch": 1,
+        "trainer.steps": STEPS,
+        "schedule.warmup_steps": WARMUP,
+        "schedule.decay_steps": DECAY,
+        "trainer.log_every": 1,
+        "trainer.eval_every": EVERY,
+        "trainer.eval_batches": 1,
+        "trainer.checkpoint_every": EVERY,
+        "trainer.run_dir": str(run_dir),
+    }
+    if reads_local_files(experiment):
+        values["data.paths"] = f"[{LOCAL_CORPUS}/*.json.gz]"
+    return [f"{key}={value}" for key, value in values.items()]
+
+
+def instruments() -> list[str]:
+    """Everything measured besides the loss, on: validation (``shrunk``), in-loop downstream
+    on local tasks, diagnostics, per-layer gradient norms, the spike monitor skipping spikes,
+    z-loss and the profiler. wandb stays off: it is a sink, tested on its own
+    (``tests/test_train.py``), and the tier reads ``metrics.jsonl``."""
+    values = {
+        "trainer.downstream_every": EVERY,
+        "trainer.downstream_tasks": "[piqa]",
+        "trainer.downstream_limit": 4,
+        "trainer.downstream_data": str(EVAL_DATA),
+        "logging.diagnostics_every": EVERY,
+        "logging.grad_norms_every": GRAD_NORMS_EVERY,
+        "trainer.spike_window": 4,
+        "trainer.spike_threshold": 3.0,
+        "trainer.spike_skip": "true",
+        "trainer.spike_skip_limit": 3,
+        "optim.z_loss": 1e-4,
+        "trainer.profile_steps": f"[{PROFILE[0]},{PROFILE[1]}]",
+        "logging.wandb.mode": "disabled",
+        "trainer.max_bad_steps": 3,
+        "trainer.collective_timeout_s": 600,
+        "trainer.seed": 1,
+    }
+    return [f"{key}={value}" for key, value in values.items()]
+
+
+def expected_steps(schedule: str) -> dict[str, list[int]]:
+    """At which steps each instrument logs in a run of the tier (interrupted or not)."""
+    validation = [EVERY, STEPS - DECAY, STEPS] if schedule == "wsd" else [EVERY, STEPS]
+    return {
+        "loss": list(range(1, STEPS + 1)),
+        "val/loss": sorted(set(validation)),
+        "downstream/seconds": list(range(EVERY, STEPS + 1, EVERY)),
+        "diag/pre_rms/layer_00": list(range(0, STEPS + 1, EVERY)),
+        "grad_norm/mlp/layer_00": list(range(GRAD_NORMS_EVERY, STEPS + 1, GRAD_NORMS_EVERY)),
+    }
+
+
+# The matrix beyond the presets: {DDP, FSDP2} x {fp32, bf16} x {compile none, blocks, model} x
+# {activation checkpointing none, selective, full}. FSDP2 + bf16, the cluster's setting, with
+# every compile and checkpointing option (issue 29's defect was a triple that pairs alone
+# miss); three more points cover every remaining pair of values together with the presets.
+PRESETS_COVER = {  # experiment -> (parallelism, precision on this CPU, compile, checkpointing)
+    "quickstart": ("ddp", "fp32", "none", "none"),
+    "ablation_1b": ("ddp", "bf16", "blocks", "none"),
+    "paper_1b": ("fsdp", "bf16", "blocks", "selective"),
+    "paper_3b": ("fsdp", "bf16", "blocks", "full"),
+}
+COMPILE = ("none", "blocks", "model")
+CHECKPOINTING = ("none", "selective", "full")
+MATRIX = [
+    *(
+        ("fsdp", "bf16", c, a)
+        for c, a in itertools.product(COMPILE, CHECKPOINTING)
+        if ("fsdp", "bf16", c, a) not in PRESETS_COVER.values()
+    ),
+    ("ddp", "fp32", "model", "full"),
+    ("fsdp", "fp32", "blocks", "selective"),
+    ("ddp", "bf16", "none", "selective"),
+]
+
+
+# settings of the trainer that only these points exercise (each also covers a trainer field)
+MATRIX_EXTRAS = {
+    ("fsdp", "fp32", "blocks", "selective"): {
+        "trainer.fsdp_reshard_after_forward": "false",
+        "trainer.fsdp_reduce_every_micro_batch": "true",
+        "trainer.async_checkpoint": "true",
+    },
+    ("ddp", "bf16", "none", "selective"): {
+        "trainer.global_batch_tokens": 4 * 32,  # the same 4 sequences, given in tokens
+    },
+}
+
+
+def matrix_overrides(point: tuple[str, str, str, str], run_dir: Path) -> list[str]:
+    """The quickstart, shrunk and fully instrumented, at one point of the matrix."""
+    parallelism, precision, compile_scope, checkpointing = point
+    values = {
+        "trainer.parallelism": parallelism,
+        "trainer.precision": precision,
+        "trainer.compile": compile_scope,
+        "trainer.activation_checkpointing": checkpointing,
+        **MATRIX_EXTRAS.get(point, {}),
+    }
+    extra = [f"{key}={value}" for key, value in values.items()]
+    return shrunk("quickstart", run_dir) + instruments() + extra

@@ -1,0 +1,141 @@
+"""The end-to-end tier: what is shipped, run as a cluster runs it (2 torchrun processes, gloo).
+
+Every experiment in ``configs/experiment/`` as shipped except its sizes
+(``tests/end_to_end.py``: ``shrunk``), with every instrument on, is stopped by SIGTERM at a step
+that is a validation, downstream, diagnostics and checkpoint step at once, then the same command
+is run again, as SLURM's requeue does. Then a matrix of parallelism x precision x compile x
+activation checkpointing beyond the presets. The anchor is torchtitan's integration tests: a list
+of flag combinations, each trained end to end. Each combination is launched once and every
+check reads the runs it left.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+import torch
+
+from end_to_end import (
+    CHECKPOINTING,
+    COMPILE,
+    EXPERIMENTS,
+    MATRIX,
+    PRESETS_COVER,
+    STEPS,
+    STOP,
+    expected_steps,
+    instruments,
+    matrix_overrides,
+    shrunk,
+)
+from train_helpers import compose, losses, metrics, run
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("processes")]
+
+REQUEUED = 75  # training/preemption.py: EXIT_PREEMPTED
+TIMEOUT = 400  # a run of the tier takes 10-60 s on 2 cores: past this it hangs
+
+
+def rank_exit_codes(torchrun_output: str) -> list[int]:
+    """The ranks' exit codes in torchrun's failure report."""
+    return [int(code) for code in re.findall(r"exitcode\s*:\s*(-?\d+)", torchrun_output)]
+
+
+def logged_steps(run_dir, key: str) -> list[int]:
+    return sorted(m["step"] for m in metrics(run_dir) if key in m)
+
+
+def assert_each_instrument_once_at_each_of_its_steps(run_dir, schedule: str) -> None:
+    for key, steps in expected_steps(schedule).items():
+        assert logged_steps(run_dir, key) == steps, key
+
+
+def assert_alphas_logged_in_fp32(run_dir) -> None:
+    """xIELU's alphas as the fp32 parameters hold them: they moved from their initial values
+    by less than bf16's spacing there (4e-3 at 0.8), and a bf16 gather or log would round
+    every logged value to one of a few bf16 numbers."""
+    alphas = [m["alpha_p/layer_00"] for m in metrics(run_dir) if "alpha_p/layer_00" in m]
+    assert len(alphas) == STEPS
+    assert len(set(alphas)) == STEPS  # each step moved them: none rounded to its neighbour
+    for value in alphas:
+        assert value != float(torch.tensor(value).bfloat16())
+
+
+def assert_profiled(run_dir) -> None:
+    traces = list((run_dir / "profile").glob("*.json*"))
+    assert len(traces) >= 2, traces  # one Chrome trace per rank
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """Each experiment's uninterrupted run, launched once for every check that compares."""
+    done = {}
+
+    def get(experiment: str):
+        if experiment not in done:
+            run_dir = tmp_path_factory.mktemp(f"{experiment}-uninterrupted")
+            code, output = run(
+                shrunk(experiment, run_dir) + instruments(), torchrun=2, timeout=TIMEOUT
+            )
+            assert code == 0, output[-4000:]
+            done[experiment] = run_dir
+        return done[experiment]
+
+    return get
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_each_shipped_experiment_survives_sigterm_at_a_measurement_step_and_resumes_exactly(
+    experiment, uninterrupted, tmp_path
+):
+    overrides = shrunk(experiment, tmp_path) + instruments()
+    config, _ = compose(overrides)
+    code, output = run(
+        [*overrides, f"trainer.debug_signal=SIGTERM@{STOP}"], torchrun=2, timeout=TIMEOUT
+    )
+    assert code != 0, output[-4000:]  # torchrun reports the ranks' 75 as a failure
+    assert rank_exit_codes(output) and set(rank_exit_codes(output)) == {REQUEUED}, output[-4000:]
+    assert max(losses(tmp_path)) == STOP
+    # stopped before measuring: the measurements of that step are pending in the checkpoint
+    assert logged_steps(tmp_path, "val/loss") == []
+    assert logged_steps(tmp_path, "downstream/seconds") == []
+
+    code, output = run(overrides, torchrun=2, timeout=TIMEOUT)
+    assert code == 0, output[-4000:]
+    assert_each_instrument_once_at_each_of_its_steps(tmp_path, config.schedule.name)
+    assert_alphas_logged_in_fp32(tmp_path)
+    assert_profiled(tmp_path)
+    reference = uninterrupted(experiment)
+    assert_each_instrument_once_at_each_of_its_steps(reference, config.schedule.name)
+    # bit for bit: the same kernels on the same inputs, whatever the wrapping
+    assert losses(tmp_path) == losses(reference)
+    for key in ("val/loss", "downstream/piqa/acc", "diag/pre_rms/layer_00"):
+        resumed = {m["step"]: m[key] for m in metrics(tmp_path) if key in m}
+        assert resumed == {m["step"]: m[key] for m in metrics(reference) if key in m}, key
+
+
+def test_the_matrix_covers_every_pair_and_fsdp2_bf16_with_every_option():
+    points = set(MATRIX) | set(PRESETS_COVER.values())
+    values = (("ddp", "fsdp"), ("fp32", "bf16"), COMPILE, CHECKPOINTING)
+    for (i, a), (j, b) in itertools.combinations(enumerate(values), 2):
+        for x, y in itertools.product(a, b):
+            assert any(p[i] == x and p[j] == y for p in points), (x, y)
+    for c, a in itertools.product(COMPILE, CHECKPOINTING):
+        assert ("fsdp", "bf16", c, a) in points
+
+
+@pytest.mark.parametrize("point", MATRIX, ids="-".join)
+def test_the_matrix_point_trains_with_every_instrument(point, uninterrupted, tmp_path):
+    precision = point[1]
+    overrides = matrix_overrides(point, tmp_path)
+    code, output = run(overrides, torchrun=2, timeout=TIMEOUT)
+    assert code == 0, output[-4000:]
+    assert_each_instrument_once_at_each_of_its_steps(tmp_path, "wsd")
+    assert_alphas_logged_in_fp32(tmp_path)
+    # the same model and data as the quickstart's DDP fp32 run: fp32 points follow it to
+    # summation order; bf16 ones to bf16's rounding of the matmul operands
+    reference = losses(uninterrupted("quickstart"))
+    rel = 1e-4 if precision == "fp32" else 2e-2
+    assert losses(tmp_path) == pytest.approx(reference, rel=rel)

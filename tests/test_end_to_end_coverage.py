@@ -1,0 +1,75 @@
+"""Every knob of the trainer and its logging is exercised by the end-to-end tier, or says why not.
+
+A field that no end-to-end case sets to a non-default value runs only at its default in the
+tier, so a defect that shows only when it is changed (issue 29 found eight such) goes unseen.
+The cases are composed here as the tier launches them (no training), and a new field fails
+this test until a case sets it or it is named below with a reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, is_dataclass
+
+import pytest
+
+from end_to_end import EXPERIMENTS, MATRIX, STOP, instruments, matrix_overrides, shrunk
+from train_helpers import compose
+from training.config import LoggingConfig, TrainerConfig
+
+NOT_IN_THE_TIER = {
+    "trainer.axes": "which keys name a run: tests/test_sweeps.py and the axes tests refuse "
+    "a mismatched resume; the tier resumes the same run",
+    "trainer.debug_nan_steps": "fault injection: a NaN step changes the trajectory the tier "
+    "compares; tests/test_train.py (non-finite steps) and test_faults.py run it",
+    "trainer.debug_crash_in_checkpoint_at": "fault injection that kills a save: "
+    "tests/test_train.py and tests/test_checkpoint_safety.py run it",
+    "logging.wandb.project": "wandb is a sink, off in the tier: tests/test_train.py's offline "
+    "run checks what it receives",
+    "logging.wandb.entity": "as logging.wandb.project",
+    "logging.wandb.name": "as logging.wandb.project",
+    "logging.wandb.group": "as logging.wandb.project",
+    "logging.wandb.tags": "as logging.wandb.project",
+}
+
+
+def leaves(node, prefix: str) -> dict[str, object]:
+    out = {}
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if is_dataclass(value):
+            out.update(leaves(value, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = value
+    return out
+
+
+def tier_cases(tmp_path) -> list[list[str]]:
+    cases = []
+    for experiment in EXPERIMENTS:
+        base = shrunk(experiment, tmp_path) + instruments()
+        cases += [base, [*base, f"trainer.debug_signal=SIGTERM@{STOP}"]]
+    return cases + [matrix_overrides(point, tmp_path) for point in MATRIX]
+
+
+def test_every_trainer_and_logging_field_is_changed_by_some_case_or_excluded(tmp_path):
+    defaults = {
+        **leaves(TrainerConfig(), "trainer."),
+        **leaves(LoggingConfig(), "logging."),
+    }
+    changed = set()
+    for overrides in tier_cases(tmp_path):
+        config, _ = compose(overrides)
+        values = {**leaves(config.trainer, "trainer."), **leaves(config.logging, "logging.")}
+        changed |= {key for key, value in values.items() if value != defaults[key]}
+    unexercised = sorted(set(defaults) - changed - set(NOT_IN_THE_TIER))
+    assert not unexercised, (
+        f"set these in a case of tests/end_to_end.py or exclude them: {unexercised}"
+    )
+    stale = sorted(set(NOT_IN_THE_TIER) & changed)
+    assert not stale, f"excluded but exercised: {stale}"
+    assert set(NOT_IN_THE_TIER) <= set(defaults), "an exclusion names no field"
+
+
+@pytest.mark.parametrize("key", sorted(NOT_IN_THE_TIER))
+def test_each_exclusion_gives_a_reason(key):
+    assert len(NOT_IN_THE_TIER[key]) > 20
