@@ -240,3 +240,35 @@ def test_bad_records_are_counted_once_in_the_metrics(tmp_path):
     last = [m for m in metrics(run_dir) if "loss" in m][-1]
     assert last["data/bad_records"] == 3
     assert last["data/documents"] > 0 and last["data/tokens"] > 0
+
+
+@pytest.mark.slow
+def test_a_resume_runs_the_configs_optimizer_settings_not_the_checkpoints(corpus, tmp_path, caplog):
+    """Issue 29 defect 5: resumed with weight decay 0.5 and betas (0.9, 0.99) after training
+    with 0.1 and (0.9, 0.95), the optimizer kept the checkpoint's while config.yaml said the
+    config's. The config wins, and the log says what changed."""
+    from training.loop import Trainer
+
+    first = tiny_overrides(corpus, tmp_path, **{"trainer.steps": 6})
+    assert run_in_process(first) == 0
+    changed = {
+        "trainer.steps": 12,
+        "optim.weight_decay": 0.5,
+        "optim.betas": "[0.9,0.99]",
+        "optim.eps": 1e-6,
+        "optim.scalar_lr_multiplier": 3.0,
+    }
+    config, config_yaml = compose(tiny_overrides(corpus, tmp_path, **changed))
+    trainer = Trainer(config, config_yaml)
+    try:
+        with caplog.at_level("WARNING"):
+            trainer._resume()
+        assert trainer.step == 6
+        groups = trainer.optimizer.param_groups
+        assert {g["weight_decay"] for g in groups} == {0.5, 0.0}  # decayed and undecayed
+        assert all(tuple(g["betas"]) == (0.9, 0.99) and g["eps"] == 1e-6 for g in groups)
+        assert {g["lr_multiplier"] for g in groups} == {1.0, 3.0}  # the alphas' group
+        assert trainer.optimizer.state  # the moments are the checkpoint's
+        assert "weight_decay 0.1 -> 0.5" in caplog.text and "(0.9, 0.95)" in caplog.text
+    finally:
+        trainer.release_model()
