@@ -96,3 +96,27 @@ def test_a_stop_at_an_evaluation_step_evaluates_that_step_on_resume(corpus, tmp_
     code, output = run(overrides, env=env)
     assert code == 0, output
     assert sorted(m["step"] for m in metrics(tmp_path) if "val/loss" in m) == [6, 8, 12]
+
+
+@pytest.mark.parametrize("checkpointed, expected", [(True, REQUEUED), (False, -signal.SIGTERM)])
+def test_a_rank_whose_stop_is_checkpointed_exits_75_on_a_later_sigterm(checkpointed, expected):
+    """torchrun sends SIGTERM to the ranks still shutting down once one has exited 75: with the
+    handlers restored they died of it (-15, seen in the end-to-end tier) though their part was
+    saved. A checkpointed stop keeps its exit code; an ordinary exit keeps the default."""
+    import subprocess
+    import sys
+
+    from train_helpers import ROOT
+
+    code = (
+        "import os, signal\n"
+        "from training.preemption import Preemption\n"
+        "p = Preemption()\n"
+        "p.install()\n"
+        f"p.checkpointed = {checkpointed}\n"
+        "p.uninstall()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "raise SystemExit(0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120)
+    assert result.returncode == expected

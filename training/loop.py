@@ -160,6 +160,7 @@ class Trainer:
                     self._save()
                 if preempted:
                     self.writer.wait()  # on disk and published before the job goes away
+                    self.preemption.checkpointed = True
                     exit_code = EXIT_PREEMPTED
                     if wish == REQUEUE and env.is_main:
                         log.warning("stopping at step %d; requeueing the job", self.step)

@@ -36,6 +36,7 @@ STOP_SIGNALS = (signal.SIGTERM,)
 class Preemption:
     def __init__(self) -> None:
         self.requested: int | None = None
+        self.checkpointed = False  # stopped for a signal, and the checkpoint is on disk
         self._previous = {}
 
     def install(self) -> None:
@@ -55,8 +56,13 @@ class Preemption:
         return int(distributed.all_reduce_max([float(own)], device)[0])
 
     def uninstall(self) -> None:
+        """The previous handlers back; or, once a stop is checkpointed, a handler that ends
+        the process with ``EXIT_PREEMPTED`` at once. The ranks leave one after another, and
+        torchrun (or slurmstepd, again) sends SIGTERM to those still shutting down: with the
+        default handler they died of it (-15) although their part was saved, and a job that
+        was preempted cleanly looked killed."""
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, _exit_preempted if self.checkpointed else handler)
         self._previous.clear()
 
     def _handle(self, signum, frame) -> None:
@@ -64,6 +70,10 @@ class Preemption:
         # a requeue signal is not overridden by a SIGTERM that follows it
         if self.requested not in REQUEUE_SIGNALS:
             self.requested = signum
+
+
+def _exit_preempted(signum, frame) -> None:
+    os._exit(EXIT_PREEMPTED)  # nothing left to save: the checkpoint is published
 
 
 def requeue_or_exit_code() -> int:
