@@ -56,13 +56,15 @@ class Preemption:
         return int(distributed.all_reduce_max([float(own)], device)[0])
 
     def uninstall(self) -> None:
-        """The previous handlers back; or, once a stop is checkpointed, a handler that ends
-        the process with ``EXIT_PREEMPTED`` at once. The ranks leave one after another, and
-        torchrun (or slurmstepd, again) sends SIGTERM to those still shutting down: with the
-        default handler they died of it (-15) although their part was saved, and a job that
-        was preempted cleanly looked killed."""
+        """The previous handlers back; or, once a stop is checkpointed, the stop signals
+        ignored until the process has exited with ``EXIT_PREEMPTED``. The ranks leave one after
+        another, and torchrun (or slurmstepd, again) sends SIGTERM to those still shutting
+        down: they died of it (-15) although their part was saved, and a job preempted cleanly
+        looked killed. Ignored, not handled: Python puts back the default action of every
+        signal it handles when the interpreter finalizes (the workers' shutdown takes a while
+        then), but leaves an ignored one ignored."""
         for sig, handler in self._previous.items():
-            signal.signal(sig, _exit_preempted if self.checkpointed else handler)
+            signal.signal(sig, signal.SIG_IGN if self.checkpointed else handler)
         self._previous.clear()
 
     def _handle(self, signum, frame) -> None:
@@ -70,10 +72,6 @@ class Preemption:
         # a requeue signal is not overridden by a SIGTERM that follows it
         if self.requested not in REQUEUE_SIGNALS:
             self.requested = signum
-
-
-def _exit_preempted(signum, frame) -> None:
-    os._exit(EXIT_PREEMPTED)  # nothing left to save: the checkpoint is published
 
 
 def requeue_or_exit_code() -> int:
