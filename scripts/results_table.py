@@ -17,12 +17,13 @@ from pathlib import Path
 from eval.paper import ABLATION_TABLE
 from scripts.common import markdown, read_metrics, write_csv
 from training.checkpoint import run_config
+from training.schedule import stable_phase_end
 
 
 def summarise(run_dir: str) -> dict:
     config = run_config(run_dir)
     steps = config.trainer.steps
-    stable_end = steps - config.schedule.decay_steps if config.schedule.name == "wsd" else None
+    stable_end = stable_phase_end(config.schedule, steps)  # None without a cooldown
     val = {r["step"]: r["val/loss"] for r in read_metrics(run_dir) if "val/loss" in r}
     row = {
         "run": Path(run_dir).name,

@@ -27,6 +27,7 @@ from scripts.common import markdown, read_metrics, write_csv
 from scripts.figures import pyplot, save
 from training.checkpoint import run_config
 from training.diagnostics import STATISTICS
+from training.schedule import stable_phase_end
 
 
 @dataclass
@@ -58,8 +59,7 @@ def read_run(path: str | Path) -> Run:
     model = config.model.with_vocab_from_tokenizer(load_tokenizer(config.data.tokenizer).vocab_size)
     count = count_parameters(model)
     records = read_metrics(path)
-    s = config.schedule
-    stable_end = config.trainer.steps - s.decay_steps if s.name == "wsd" and s.decay_steps else None
+    stable_end = stable_phase_end(config.schedule, config.trainer.steps)
     return Run(
         path=Path(path),
         activation=model.activation,

@@ -1,10 +1,32 @@
-"""Learning-rate schedules pinned at every phase boundary."""
+"""Learning-rate schedules pinned at every phase boundary, and the registry that maps
+``schedule.name`` to them."""
 
+import json
 import math
+from dataclasses import replace
 
 import pytest
+from omegaconf import OmegaConf
 
-from training.schedule import cosine, wsd
+from scripts.results_table import summarise
+from training import schedule as schedules
+from training.config import (
+    ConfigError,
+    ExperimentConfig,
+    OptimConfig,
+    ScheduleConfig,
+    TrainerConfig,
+    validate,
+)
+from training.schedule import (
+    Schedule,
+    available_schedules,
+    cosine,
+    learning_rate,
+    register_schedule,
+    stable_phase_end,
+    wsd,
+)
 
 LR, MIN = 8e-4, 1e-5
 
@@ -72,3 +94,104 @@ def test_cosine_warmup_then_half_cosine_to_min():
     assert cosine(200, 50000, 6e-4, 6e-5, 200) == pytest.approx(6e-4)
     assert cosine(200 + 24900, 50000, 6e-4, 6e-5, 200) == pytest.approx(3.3e-4)
     assert cosine(50000, 50000, 6e-4, 6e-5, 200) == pytest.approx(6e-5)
+
+
+def test_learning_rate_is_the_registered_formula_bit_for_bit():
+    optim = OptimConfig(lr=LR, min_lr=MIN)
+    for shape in ("1-sqrt", "linear", "cosine"):
+        config = ScheduleConfig("wsd", warmup_steps=10, decay_steps=20, decay_shape=shape)
+        for step in range(0, 105):
+            assert learning_rate(step, 100, optim, config) == wsd(step, 100, LR, MIN, 10, 20, shape)
+    config = ScheduleConfig("cosine", warmup_steps=10, decay_steps=0, decay_shape="cosine")
+    for step in range(0, 105):
+        assert learning_rate(step, 100, optim, config) == cosine(step, 100, LR, MIN, 10)
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """A copy of the registry for the test to add to, so that its schedules leave with it."""
+    monkeypatch.setattr(schedules, "_SCHEDULES", dict(schedules._SCHEDULES))
+
+
+def test_a_registered_schedule_is_accepted_by_validate_and_used_by_learning_rate(registry):
+    register_schedule(Schedule("constant", lambda step, total, optim, s: optim.lr, "constant"))
+    config = ExperimentConfig(schedule=ScheduleConfig(name="constant"))
+    validate(config)
+    assert "constant" in available_schedules()
+    assert learning_rate(0, 100, config.optim, config.schedule) == config.optim.lr
+    assert learning_rate(99, 100, config.optim, config.schedule) == config.optim.lr
+    assert stable_phase_end(config.schedule, 100) is None
+
+
+def test_a_schedule_s_own_check_runs_in_validate(registry):
+    def check(s: ScheduleConfig, steps: int) -> None:
+        raise ConfigError(f"schedule.decay_steps={s.decay_steps} is not welcome here")
+
+    register_schedule(Schedule("picky", lambda *_: 1.0, "refuses everything", check=check))
+    with pytest.raises(ConfigError, match=r"schedule\.decay_steps=20 is not welcome"):
+        validate(ExperimentConfig(schedule=ScheduleConfig(name="picky")))
+
+
+def test_a_schedule_registered_twice_is_an_error(registry):
+    with pytest.raises(ValueError, match="'wsd' is registered twice"):
+        register_schedule(Schedule("wsd", lambda *_: 1.0, "again"))
+
+
+def test_an_unknown_schedule_is_refused_naming_the_key_and_the_registered_names(registry):
+    register_schedule(Schedule("constant", lambda *_: 1.0, "constant"))
+    config = ExperimentConfig(schedule=ScheduleConfig(name="cosin"))
+    with pytest.raises(
+        ConfigError, match=r"^schedule\.name='cosin' is not one of wsd, cosine, constant$"
+    ):
+        validate(config)
+    with pytest.raises(ConfigError, match=r"schedule\.name='cosin'"):
+        learning_rate(0, 100, config.optim, config.schedule)
+
+
+def _config(steps: int = 100, **schedule) -> ExperimentConfig:
+    return ExperimentConfig(schedule=ScheduleConfig(**schedule), trainer=TrainerConfig(steps=steps))
+
+
+def test_wsd_refuses_an_unknown_cooldown_shape_naming_the_key():
+    with pytest.raises(
+        ConfigError, match=r"^schedule\.decay_shape='square' is not one of 1-sqrt, linear, cosine$"
+    ):
+        validate(_config(decay_shape="square"))
+
+
+def test_wsd_warmup_and_cooldown_must_fit_in_the_run_and_cosine_ignores_decay_steps():
+    validate(_config(steps=30, warmup_steps=10, decay_steps=20))
+    with pytest.raises(
+        ConfigError,
+        match=r"^schedule\.warmup_steps=11 \+ schedule\.decay_steps=20 is longer than "
+        r"trainer\.steps=30$",
+    ):
+        validate(_config(steps=30, warmup_steps=11, decay_steps=20))
+    # cosine has no cooldown of its own and ignores decay_shape; only its warmup must fit
+    validate(_config(steps=30, name="cosine", warmup_steps=30, decay_steps=20, decay_shape="x"))
+    with pytest.raises(
+        ConfigError, match=r"^schedule\.warmup_steps=31 is longer than trainer\.steps=30$"
+    ):
+        validate(_config(steps=30, name="cosine", warmup_steps=31))
+
+
+def test_the_stable_phase_ends_where_the_wsd_cooldown_starts_and_only_there():
+    assert stable_phase_end(ScheduleConfig("wsd", decay_steps=20), 100) == 80
+    assert stable_phase_end(ScheduleConfig("wsd", decay_steps=14500), 70000) == 55500
+    # no cooldown: the stable phase runs to the end, no separate point to report
+    assert stable_phase_end(ScheduleConfig("wsd", decay_steps=0), 100) is None
+    assert stable_phase_end(ScheduleConfig("cosine", decay_steps=20), 100) is None
+
+
+def test_the_results_table_reports_no_stable_loss_for_wsd_without_a_cooldown(tmp_path):
+    """It used to report the final loss as the end of the stable phase (steps - 0)."""
+    for name, decay, stable in (("with", 20, 3.5), ("without", 0, None)):
+        run = tmp_path / name
+        run.mkdir()
+        config = _config(decay_steps=decay)
+        config = replace(config, trainer=replace(config.trainer, run_dir=str(run)))
+        (run / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
+        records = [{"step": 80, "val/loss": 3.5}, {"step": 100, "val/loss": 3.0}]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        row = summarise(str(run))
+        assert (row["stable_loss"], row["final_loss"]) == (stable, 3.0)

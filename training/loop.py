@@ -43,7 +43,7 @@ from training.preemption import (
     requeue_or_exit_code,
 )
 from training.profiling import StepProfiler
-from training.schedule import learning_rate
+from training.schedule import learning_rate, stable_phase_end
 from training.spikes import SpikeMonitor
 from training.step import train_step
 from training.step_health import NonFiniteTrainingError, StepHealth
@@ -82,7 +82,7 @@ class Trainer:
         self.health = StepHealth(t.max_bad_steps, spikes, t.spike_skip, t.spike_skip_limit)
         self.profiler = StepProfiler(t.profile_steps, t.run_dir, self.env.rank, self.env.device)
         s = config.schedule  # validated at the end of the stable phase, whatever eval_every is
-        stable_end = (t.steps - s.decay_steps,) if s.name == "wsd" and s.decay_steps else ()
+        stable_end = () if (end := stable_phase_end(s, t.steps)) is None else (end,)
         # the measurements, in the order they run at a step; each is logged at each of its
         # steps exactly once, even when a stop signal interrupts that step (components.py)
         self.work = PeriodicWork(

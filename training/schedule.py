@@ -1,14 +1,28 @@
-"""Learning-rate schedules as pure functions of the step (0-based: the step about to be taken).
+"""Learning-rate schedules as pure functions of the step (0-based: the step about to be taken),
+and the one place that maps ``schedule.name`` to its schedule.
 
 Warmup is linear from ``lr / warmup`` at step 0 to ``lr`` at step ``warmup - 1`` (no step is
 taken at lr = 0).
+
+Adding a schedule is one function of the step and one ``register_schedule(...)`` call: the
+config check (``training.config.validate``), the trainer and the report scripts all ask this
+registry, so there is no second list of names to keep in step.
+
+Import direction: this module imports ``training.config`` (the schedules read its dataclasses
+and raise its ``ConfigError``), never the other way at import time; ``validate`` imports
+:func:`check_schedule` inside the function, by when every schedule here is registered. The
+config module stays the schema Hydra loads, with no learning-rate math in it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from training.config import OptimConfig, ScheduleConfig
+from training.config import ConfigError, OptimConfig, ScheduleConfig
+
+WSD_DECAY_SHAPES = ("1-sqrt", "linear", "cosine")
 
 
 def wsd(
@@ -47,15 +61,123 @@ def cosine(step: int, total: int, lr: float, min_lr: float, warmup: int) -> floa
     return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * p))
 
 
-def learning_rate(step: int, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
-    if schedule.name == "wsd":
-        return wsd(
-            step,
-            total,
-            optim.lr,
-            optim.min_lr,
-            schedule.warmup_steps,
-            schedule.decay_steps,
-            schedule.decay_shape,
+Rate = Callable[[int, int, OptimConfig, ScheduleConfig], float]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A registered schedule.
+
+    Attributes:
+        name: the value of ``schedule.name``.
+        rate: ``(step, total, optim, schedule) -> lr``.
+        summary: one line for listings and docs.
+        stable_end: ``(schedule, steps) -> step`` where the stable phase ends (the trainer
+            validates there and the results tables report it), or None when this config has
+            none; the attribute itself is None for a schedule that never has one.
+        check: ``(schedule, steps) -> None``: raises ConfigError, naming the keys, for the
+            settings only this schedule constrains; None when there are none.
+    """
+
+    name: str
+    rate: Rate
+    summary: str
+    stable_end: Callable[[ScheduleConfig, int], int | None] | None = None
+    check: Callable[[ScheduleConfig, int], None] | None = None
+
+
+_SCHEDULES: dict[str, Schedule] = {}
+
+
+def register_schedule(schedule: Schedule) -> None:
+    if schedule.name in _SCHEDULES:
+        raise ValueError(f"schedule {schedule.name!r} is registered twice")
+    _SCHEDULES[schedule.name] = schedule
+
+
+def available_schedules() -> list[str]:
+    return list(_SCHEDULES)
+
+
+def schedule_spec(name: str) -> Schedule:
+    try:
+        return _SCHEDULES[name]
+    except KeyError:
+        raise ConfigError(f"schedule.name={name!r} is not one of {', '.join(_SCHEDULES)}") from None
+
+
+def check_schedule(schedule: ScheduleConfig, steps: int) -> None:
+    """The schedule settings that cannot work for a run of ``steps`` steps; raises ConfigError
+    naming the key. Called by ``training.config.validate``.
+
+    The schedule's own check runs before the warmup rule every schedule shares, so that WSD's
+    ``warmup + decay`` message names both lengths even when the warmup alone is too long.
+    """
+    spec = schedule_spec(schedule.name)
+    if spec.check is not None:
+        spec.check(schedule, steps)
+    if schedule.warmup_steps > steps:
+        raise ConfigError(
+            f"schedule.warmup_steps={schedule.warmup_steps} is longer than trainer.steps={steps}"
         )
+
+
+def stable_phase_end(schedule: ScheduleConfig, steps: int) -> int | None:
+    """The step at which the stable phase of a ``steps``-step run ends (WSD: where its cooldown
+    starts), or None when it has none (cosine, or WSD without a cooldown). The one definition
+    the trainer's validation steps and the report scripts share."""
+    spec = schedule_spec(schedule.name)
+    return spec.stable_end(schedule, steps) if spec.stable_end is not None else None
+
+
+def learning_rate(step: int, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
+    """The rate of the registered schedule ``schedule.name`` at ``step`` of ``total``."""
+    return schedule_spec(schedule.name).rate(step, total, optim, schedule)
+
+
+def _wsd_rate(step: int, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
+    return wsd(
+        step,
+        total,
+        optim.lr,
+        optim.min_lr,
+        schedule.warmup_steps,
+        schedule.decay_steps,
+        schedule.decay_shape,
+    )
+
+
+def _wsd_stable_end(schedule: ScheduleConfig, steps: int) -> int | None:
+    # decay_steps = 0: no cooldown, so no stable phase distinct from the end of the run
+    return steps - schedule.decay_steps if schedule.decay_steps else None
+
+
+def _wsd_check(schedule: ScheduleConfig, steps: int) -> None:
+    if schedule.decay_shape not in WSD_DECAY_SHAPES:
+        raise ConfigError(
+            f"schedule.decay_shape={schedule.decay_shape!r} is not one of "
+            f"{', '.join(WSD_DECAY_SHAPES)}"
+        )
+    if schedule.warmup_steps + schedule.decay_steps > steps:
+        raise ConfigError(
+            f"schedule.warmup_steps={schedule.warmup_steps} + schedule.decay_steps="
+            f"{schedule.decay_steps} is longer than trainer.steps={steps}"
+        )
+
+
+def _cosine_rate(step: int, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
     return cosine(step, total, optim.lr, optim.min_lr, schedule.warmup_steps)
+
+
+register_schedule(
+    Schedule(
+        "wsd",
+        _wsd_rate,
+        "warmup, constant, then a 1-sqrt / linear / cosine cooldown (the paper's main runs)",
+        stable_end=_wsd_stable_end,
+        check=_wsd_check,
+    )
+)
+register_schedule(
+    Schedule("cosine", _cosine_rate, "warmup, then cosine to optim.min_lr (the ablations)")
+)
