@@ -10,6 +10,8 @@ Configuration lives in configs/ (Hydra groups) with training/config.py as the sc
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import logging
 import sys
 
@@ -20,6 +22,26 @@ from training.config import ConfigError, ExperimentConfig, register_configs, to_
 from training.loop import train
 
 register_configs()
+
+# How long a failed run's process may take to exit once the error has left ``train``.
+FAILED_EXIT_DEADLINE_S = 120
+
+
+def end_failed_run_within(seconds: float) -> None:
+    """After training raised, the process must still end, with a non-zero code.
+
+    What remains after the error is the interpreter's own exit: Hydra prints the error and
+    calls ``sys.exit(1)``, then the atexit hooks run, among them multiprocessing's, which joins
+    every child process with no timeout. One child that did not end (a DataLoader worker, which
+    ignores SIGTERM; ``data.loader._kill_workers_left_at_exit`` says why it was left alive)
+    kept failed 2-rank runs idle for over ten minutes, each rank's error already printed, until
+    the job was killed. Whatever else may hang there next time (a child stuck in I/O, a
+    library's exit hook), faulthandler's watchdog thread, which needs no GIL, prints every
+    thread's stack (the evidence) and ends the process with exit code 1.
+    """
+    # no usable stderr (an embedding that replaced it): no deadline, the error still propagates
+    with contextlib.suppress(AttributeError, OSError, RuntimeError, ValueError):
+        faulthandler.dump_traceback_later(seconds, exit=True)
 
 
 @hydra.main(version_base=None, config_path="configs", config_name="train")
@@ -33,6 +55,9 @@ def main(cfg: DictConfig) -> None:
         code = train(config, OmegaConf.to_yaml(cfg, resolve=True))
     except ConfigError as error:  # settings that depend on each other, or on the run directory
         sys.exit(f"invalid configuration: {error}")
+    except BaseException:
+        end_failed_run_within(FAILED_EXIT_DEADLINE_S)
+        raise
     if code:
         sys.exit(code)
 

@@ -5,7 +5,9 @@ from its state. Its resume from a checkpoint: ``data.restore``; the held-out sli
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
+import multiprocessing.util  # registers its exit hook now, before ours: ours runs first (LIFO)
 import signal
 import warnings
 from collections import Counter
@@ -40,13 +42,39 @@ def ignore_stop_signals(worker_id: int) -> None:
 
 
 def _kill_workers_left_at_exit() -> None:
-    """Workers ignore SIGTERM, so multiprocessing's own exit hook, which sends SIGTERM to its
-    children and then joins them, would wait for ever on a worker the loader did not shut
-    down (the main process leaving through an error, e.g. a peer rank that died): kill them
-    first. Registered after multiprocessing's hook, so it runs before it."""
-    for child in multiprocessing.active_children():
-        child.kill()
-        child.join(timeout=10)
+    """Kill the DataLoader workers still alive when the interpreter exits.
+
+    Why they can still be alive: a run that failed leaves through an exception, and the loader's
+    iterator outlives the run (the traceback keeps ``Trainer.run``'s frame, and with it the
+    iterator, until the interpreter ends). So PyTorch's own shutdown of the workers (set the
+    done event, let them leave) never runs: by the time the iterator is collected, PyTorch's
+    own exit hook has told it that Python is exiting, and it does nothing.
+
+    Why they must be killed, not terminated: they ignore SIGTERM (``ignore_stop_signals``), so
+    multiprocessing's exit hook, which sends its daemon children SIGTERM and then joins them
+    with no timeout, would wait for ever (py-spy of a hung run: the main thread in
+    ``multiprocessing.util._exit_function`` -> ``Process.join``, the worker idle in its loop).
+
+    Why SIGCHLD goes back to its default first: PyTorch's SIGCHLD handler raises "DataLoader
+    worker (pid N) is killed by signal: Killed" in the main thread when a worker of a live
+    iterator dies, and the first worker killed here is exactly that. Raised while this hook was
+    still joining, it ended the hook ("Exception ignored in atexit callback"), the next worker
+    was never killed and multiprocessing's join hung on it: a race, lost by some ranks in some
+    runs. One rank that lost it hung a 2-rank job whenever the other rank did not fail in turn
+    (it waited for the hung rank in a collective, or had ended well and torchrun waited on):
+    in tests/test_crash_exits.py, 10 runs a case, 5 hangs when one rank raised at a step and 3
+    when rank 0 raised in its closing summary. Kill every worker before joining any, and let
+    no error stop the loop, for the same reason.
+    """
+    with contextlib.suppress(ValueError):  # ValueError: not the main thread
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    children = multiprocessing.active_children()
+    for child in children:
+        with contextlib.suppress(Exception):
+            child.kill()
+    for child in children:
+        with contextlib.suppress(Exception):
+            child.join(timeout=10)
 
 
 _exit_hook_registered = False
