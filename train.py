@@ -18,6 +18,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from eval.downstream import during_training
 from training.config import ConfigError, ExperimentConfig, register_configs, to_experiment
 from training.loop import train
 
@@ -52,7 +53,8 @@ def main(cfg: DictConfig) -> None:
     except ValueError as error:  # a dataclass __post_init__ check, naming the key
         sys.exit(f"invalid configuration: {error}")
     try:
-        code = train(config, OmegaConf.to_yaml(cfg, resolve=True))
+        # the trainer's components from the packages above training: its downstream evaluator
+        code = train(config, OmegaConf.to_yaml(cfg, resolve=True), downstream=during_training)
     except ConfigError as error:  # settings that depend on each other, or on the run directory
         sys.exit(f"invalid configuration: {error}")
     except BaseException:

@@ -3,9 +3,9 @@
 2 torchrun processes (gloo) with 2 DataLoader workers each, and an exception injected into
 the trainer of the subprocesses by a ``sitecustomize`` shim on their ``PYTHONPATH`` (product
 code has no such hook): at a training step on every rank, at a training step on one rank (the
-other then fails at its next collective, or torchrun stops it), or in rank 0's closing
-summary after training. Such runs used to hang now and then, a rank idle at exit waiting on
-a worker that ignores SIGTERM (``data.loader._kill_workers_left_at_exit``); ``run``'s timeout
+other then fails at its next collective, or torchrun stops it), at a downstream step on every
+rank or on one, or in rank 0's closing summary after training. Such runs used to hang now and
+then, a rank idle at exit waiting on a worker that ignores SIGTERM (``data.loader._kill_workers_left_at_exit``); ``run``'s timeout
 is the hang detector, and the message of that hook's exception shows a rank that lost the race
 even when the job still ended.
 
@@ -18,6 +18,7 @@ import os
 
 import pytest
 
+from end_to_end import EVAL_DATA
 from train_helpers import ROOT, run, tiny_overrides
 
 pytestmark = pytest.mark.xdist_group("processes")  # torchrun jobs: one at a time (pyproject)
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.xdist_group("processes")  # torchrun jobs: one at a tim
 REPEATS = int(os.environ.get("XIELU_STRESS_REPEATS", "1"))
 
 # Read by every Python process that the test starts; only torchrun's ranks (RANK is set) named
-# in XIELU_TEST_CRASH ("step:N:RANKS" or "summary::RANKS") are changed.
+# in XIELU_TEST_CRASH ("step:N:RANKS", "downstream::RANKS" or "summary::RANKS") are changed.
 SHIM = """
 import os
 
@@ -44,6 +45,13 @@ if _rank is not None and _rank in _ranks.split(","):
             return _train_step(*args, **kwargs)
 
         training.step.train_step = train_step
+    elif _where == "downstream":
+        import eval.downstream
+
+        def during_training(*args, **kwargs):
+            raise RuntimeError(f"injected failure in downstream evaluation on rank {_rank}")
+
+        eval.downstream.during_training = during_training  # before train.py imports it
     elif _where == "summary":
         import training.summary
 
@@ -56,7 +64,15 @@ if _rank is not None and _rank in _ranks.split(","):
 CASES = {
     "every_rank_at_a_step": "step:2:0,1",
     "one_rank_at_a_step": "step:2:1",
+    "every_rank_at_a_downstream_step": "downstream::0,1",
+    "one_rank_at_a_downstream_step": "downstream::1",
     "rank_0_in_the_summary": "summary::0",
+}
+DOWNSTREAM_AT_STEP_2 = {
+    "trainer.downstream_every": 2,
+    "trainer.downstream_tasks": "[piqa]",
+    "trainer.downstream_limit": 2,
+    "trainer.downstream_data": str(EVAL_DATA),
 }
 
 
@@ -78,6 +94,7 @@ def test_a_run_that_raises_ends_with_a_non_zero_exit(corpus, tmp_path, case, rep
             "trainer.eval_every": 0,
             "schedule.warmup_steps": 1,
             "schedule.decay_steps": 2,
+            **(DOWNSTREAM_AT_STEP_2 if case.endswith("downstream_step") else {}),
         },
     )
     env = {"PYTHONPATH": path, "XIELU_TEST_CRASH": CASES[case]}

@@ -57,9 +57,11 @@ def compose(overrides: list[str]):
 
 
 def run_in_process(overrides: list[str]) -> int:
+    """``train.py``'s run in this process, with the same components it hands the trainer."""
+    from eval.downstream import during_training
     from training.loop import train
 
-    return train(*compose(overrides))
+    return train(*compose(overrides), downstream=during_training)
 
 
 def launch(overrides: list[str], torchrun: int = 0, **kwargs) -> subprocess.Popen:

@@ -24,9 +24,9 @@ from training import checkpoint, distributed
 from training.axes import refuse_other_runs_checkpoints, write_run_files
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
 from training.components import Periodic, PeriodicWork, TrainerState
-from training.config import ExperimentConfig, validate
+from training.config import ConfigError, ExperimentConfig, validate
 from training.grad_norms import per_layer_grad_norms
-from training.measurements import Measurements
+from training.measurements import DownstreamEvaluator, Measurements
 from training.metrics import (
     MetricsLogger,
     alpha_scalars,
@@ -62,8 +62,21 @@ def build_model(config: ExperimentConfig, vocab_size: int, device: torch.device)
 
 
 class Trainer:
-    def __init__(self, config: ExperimentConfig, config_yaml: str) -> None:
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        config_yaml: str,
+        downstream: DownstreamEvaluator | None = None,
+    ) -> None:
+        """``downstream``: what evaluates ``trainer.downstream_tasks`` (``train.py`` passes
+        ``eval.downstream.during_training``; training does not import eval)."""
         self.config, self.config_yaml = config, config_yaml
+        if config.trainer.downstream_every and downstream is None:
+            raise ConfigError(
+                f"trainer.downstream_every={config.trainer.downstream_every} needs a downstream "
+                "evaluator: train.py passes eval.downstream.during_training; from Python, "
+                "training.loop.train(config, config_yaml, downstream=during_training)"
+            )
         self.env = distributed.init(config.trainer.collective_timeout_s)
         validate(config, self.env.world_size)
         t = config.trainer
@@ -76,7 +89,9 @@ class Trainer:
         self.model = parallelize(model, self.env, plan_from_config(t, self.env.device))
         self.optimizer = build_optimizer(self.model.bare, config.optim, self.env.device)
         self.loader = build_loader(config.data, t.micro_batch, self.env.rank, self.env.world_size)
-        self.measure = Measurements(config, self.env, self.model, self.tokenizer, self.run_dir)
+        self.measure = Measurements(
+            config, self.env, self.model, self.tokenizer, self.run_dir, downstream
+        )
         self.step, self.tokens = 0, 0
         spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
         self.health = StepHealth(t.max_bad_steps, spikes, t.spike_skip, t.spike_skip_limit)
@@ -366,9 +381,11 @@ class Trainer:
         )
 
 
-def train(config: ExperimentConfig, config_yaml: str) -> int:
+def train(
+    config: ExperimentConfig, config_yaml: str, downstream: DownstreamEvaluator | None = None
+) -> int:
     """Run training; returns the process exit code."""
-    trainer = Trainer(config, config_yaml)
+    trainer = Trainer(config, config_yaml, downstream)
     try:
         return trainer.run()
     except NonFiniteTrainingError as error:

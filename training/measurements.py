@@ -1,15 +1,20 @@
 """What the trainer measures besides the training loss, at the points the loop chooses.
 
 Validation loss on the held-out slice, the activation's per-layer regime
-(``training.diagnostics``) and lm-eval's downstream tasks (``eval.downstream``). Each method is
-called on every rank (each is a collective under DDP and FSDP2) and returns the record rank 0
-logs, so the loop keeps one place where things are logged and none where they are measured.
+(``training.diagnostics``) and downstream tasks. Each method is called on every rank (each is a
+collective under DDP and FSDP2) and returns the record rank 0 logs, so the loop keeps one place
+where things are logged and none where they are measured.
+
+The downstream evaluator is handed in (``train.py`` passes ``eval.downstream.during_training``):
+evaluation sits above training (it loads checkpoints and runs models through training's
+runtime), so training never imports it and the packages' imports only run downward.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from data import build_validation_loader
@@ -19,11 +24,24 @@ from training.diagnostics import diagnostic_scalars, mlp_diagnostics
 from training.distributed import Env
 from training.validation import validation_loss
 
+# (model, tokenizer, tasks, limit, data_dir, task_dir, env, add_bos, batch_size) -> the
+# ``downstream/<task>/<metric>`` record on rank 0, None elsewhere: eval.downstream.during_training
+DownstreamEvaluator = Callable[..., "dict[str, float] | None"]
+
 
 class Measurements:
-    def __init__(self, config: ExperimentConfig, env: Env, model, tokenizer, run_dir: Path):
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        env: Env,
+        model,
+        tokenizer,
+        run_dir: Path,
+        downstream: DownstreamEvaluator | None = None,
+    ):
         self.config, self.env, self.model, self.tokenizer = config, env, model, tokenizer
         self.run_dir = run_dir
+        self.evaluate_downstream = downstream
         self.batches: list[dict] | None = None
         self.shape = (config.trainer.micro_batch, config.data.seq_len)
 
@@ -62,14 +80,12 @@ class Measurements:
 
     def downstream(self) -> dict:
         """``downstream/<task>/<metric>`` and ``downstream/seconds`` (rank 0; empty elsewhere)."""
-        from eval.downstream import during_training
-
         t = self.config.trainer
         started = time.perf_counter()
         # the training precision (a bf16 FSDP2 block's weights are gathered in bf16), and
         # the run's RNG untouched by lm-eval's reseeding
         with self.model.autocast(), preserved_rng():
-            results = during_training(
+            results = self.evaluate_downstream(
                 self.model.bare,
                 self.tokenizer,
                 t.downstream_tasks,
