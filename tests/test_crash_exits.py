@@ -5,9 +5,9 @@ the trainer of the subprocesses by a ``sitecustomize`` shim on their ``PYTHONPAT
 code has no such hook): at a training step on every rank, at a training step on one rank (the
 other then fails at its next collective, or torchrun stops it), at a downstream step on every
 rank or on one, or in rank 0's closing summary after training. Such runs used to hang now and
-then, a rank idle at exit waiting on a worker that ignores SIGTERM (``data.loader._kill_workers_left_at_exit``); ``run``'s timeout
-is the hang detector, and the message of that hook's exception shows a rank that lost the race
-even when the job still ended.
+then, a rank idle at exit waiting on a worker that ignores SIGTERM
+(``data.loader._kill_workers_left_at_exit``); ``run``'s timeout is the hang detector, and the
+message of that hook's exception shows a rank that lost the race even when the job still ended.
 
 Stress (the hang was a race; not in the default suite):
 
