@@ -1,4 +1,9 @@
-"""The data pipeline's configuration: the single source of truth for every data knob."""
+"""The data pipeline's configuration: every data knob, its type, default and meaning.
+
+The source-specific settings (the Hub's retries, the text column, the score filter) sit here
+too, beside the shared ones, so that Hydra checks them all in one schema; a source reads the
+ones it needs (``data.registry``). The lowest value of each integer knob is in
+``training.config.BOUNDS``, which checks every package's ranges in one place."""
 
 from __future__ import annotations
 

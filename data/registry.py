@@ -3,8 +3,10 @@
 Every module of the ``data.sources`` package registers exactly one :class:`DataSource`, named
 like the module, when it is imported; the registry imports them all on first lookup. Adding a
 source is therefore one module ``data/sources/<name>.py`` that calls ``register(...)`` and one
-Hydra preset ``configs/data/<name>.yaml`` that sets ``source: <name>``; nothing else names the
-sources (``DataConfig``, the loaders and ``scripts/pretokenize.py`` all look them up here).
+Hydra preset ``configs/data/<name>.yaml`` that sets ``source: <name>``; no other list of the
+sources exists (``DataConfig``, the loaders and ``scripts/pretokenize.py`` all look them up
+here). A source's own settings are fields of the shared ``DataConfig`` (``data.config`` says
+why). The recipe: docs/extending.md.
 
 Imports nothing of ``data``: ``data.config`` looks a source up to check its name, and every
 source takes a config, so the config is written ``Config`` here rather than imported.

@@ -1,4 +1,8 @@
-"""The model's configuration: the single source of truth for every architectural knob."""
+"""The model's configuration: every architectural knob, its type, default and meaning.
+
+Checks of one field against another of the model live here (``__post_init__``); the lowest
+value of each integer knob is in ``training.config.BOUNDS``, which checks every package's
+ranges in one place before a run starts."""
 
 from __future__ import annotations
 

@@ -8,7 +8,9 @@ by name in :class:`TrainerState`, which saves and restores all of them, and a me
 :class:`Periodic` in :class:`PeriodicWork`, which runs what is due at a step or, when the step
 was interrupted, keeps it pending (saved with the rest) for the resumed run to do first. The
 anchor is torchtitan's components (checkpointer, validator, metrics), each owning its cadence
-and state; adding an instrument is one ``Periodic`` (and, if it keeps state, one ``register``).
+and state. A researcher's own measurement is an :class:`Instrument` handed to the trainer
+(``training.loop.train(..., instruments=[...])``; docs/extending.md): the trainer makes it a
+``Periodic`` and, when it keeps state, registers it, so it cannot miss either rule.
 """
 
 from __future__ import annotations
@@ -22,6 +24,22 @@ class Stateful(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Instrument(Protocol):
+    """A measurement added to the loop from outside training/ (docs/extending.md).
+
+    ``name`` names it in the checkpoint and in the pending list; ``every`` is its cadence in
+    steps (also taken at the last step; 0: never); ``measure(trainer)`` is called on every rank
+    (it may run collectives) and returns the record rank 0 logs (other ranks' returns are
+    ignored). An instrument with ``state_dict`` / ``load_state_dict`` is saved and restored
+    with the trainer's other parts; its state must be JSON values.
+    """
+
+    name: str
+    every: int
+
+    def measure(self, trainer: Any) -> dict[str, float]: ...
 
 
 class CheckpointFormatError(RuntimeError):

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint, distributed
 from training.axes import refuse_other_runs_checkpoints, write_run_files
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
-from training.components import Periodic, PeriodicWork, TrainerState
+from training.components import Instrument, Periodic, PeriodicWork, TrainerState
 from training.config import ConfigError, ExperimentConfig, validate
 from training.grad_norms import per_layer_grad_norms
 from training.measurements import DownstreamEvaluator, Measurements
@@ -67,9 +68,11 @@ class Trainer:
         config: ExperimentConfig,
         config_yaml: str,
         downstream: DownstreamEvaluator | None = None,
+        instruments: Sequence[Instrument] = (),
     ) -> None:
         """``downstream``: what evaluates ``trainer.downstream_tasks`` (``train.py`` passes
-        ``eval.downstream.during_training``; training does not import eval)."""
+        ``eval.downstream.during_training``; training does not import eval). ``instruments``:
+        measurements added from outside (``training.components.Instrument``)."""
         self.config, self.config_yaml = config, config_yaml
         if config.trainer.downstream_every and downstream is None:
             raise ConfigError(
@@ -107,12 +110,19 @@ class Trainer:
                 ),
                 Periodic("validation", t.eval_every, self._evaluate, (*stable_end, t.steps)),
                 Periodic("downstream", t.downstream_every, self._downstream, (t.steps,)),
+                *(
+                    Periodic(i.name, i.every, functools.partial(self._instrument, i), (t.steps,))
+                    for i in instruments
+                ),
             ]
         )
         # every part whose state changes the run's future: saved and restored together
         self.state = TrainerState()
         self.state.register("health", self.health)
         self.state.register("work", self.work)
+        for instrument in instruments:
+            if hasattr(instrument, "state_dict"):
+                self.state.register(instrument.name, instrument)
         self.preemption = Preemption()
         self.injected_signal = parse_debug_signal(t.debug_signal)  # (signal, step, rank) or None
         self.writer = CheckpointWriter(
@@ -258,6 +268,11 @@ class Trainer:
             shown = ", ".join(f"{k[len('downstream/') :]} {v:.3g}" for k, v in record.items())
             log.info("step %d downstream: %s", self.step, shown)
 
+    def _instrument(self, instrument: Instrument) -> None:
+        record = instrument.measure(self)
+        if self.env.is_main and record:
+            self.logger.log(self.step, record, console=False)
+
     def _diagnose(self) -> None:
         record = self.measure.diagnostics()
         if self.env.is_main:
@@ -382,10 +397,13 @@ class Trainer:
 
 
 def train(
-    config: ExperimentConfig, config_yaml: str, downstream: DownstreamEvaluator | None = None
+    config: ExperimentConfig,
+    config_yaml: str,
+    downstream: DownstreamEvaluator | None = None,
+    instruments: Sequence[Instrument] = (),
 ) -> int:
     """Run training; returns the process exit code."""
-    trainer = Trainer(config, config_yaml, downstream)
+    trainer = Trainer(config, config_yaml, downstream, instruments)
     try:
         return trainer.run()
     except NonFiniteTrainingError as error:

@@ -1,6 +1,8 @@
 """One place that maps the name in ``activation=...`` to a constructor, and to its facts.
 
-Adding an activation is one ``register(...)`` line here (and one config file for the trainer).
+Adding an activation is one ``register(...)`` line here; the trainer offers every registered
+name as ``activation=<name>`` with no config file (``training.config.register_configs``; the
+recipe: docs/extending.md).
 The line also states the facts other parts of the project need without building the module:
 the names of its trainable scalars (parameter counts) and its Hugging Face name (export and
 import); see ``xielu.interface``. The tests check both against the built module.
