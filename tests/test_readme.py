@@ -2,13 +2,16 @@
 comments say, checked against independent truth (the paper's formulas, autograd, counts by hand)
 in the namespace the example leaves behind; the Python examples of docs/*.md run as written; and
 every command the pages name can run: its module or script exists, its argument parser accepts
-the arguments, and train.py's Hydra overrides compose into a valid configuration."""
+the arguments, and train.py's Hydra overrides compose into a valid configuration; and every count
+the pages state (parameters, runs, registered names, defaults) is the one the code gives."""
 
 import argparse
 import contextlib
+import functools
 import importlib
 import importlib.util
 import io
+import math
 import re
 import shlex
 import sys
@@ -284,9 +287,27 @@ def check_command(tokens: list[str], markers: list[str]) -> None:
         return
     if target is None:
         return
+    if any(PLACEHOLDER.search(arg) for arg in args):
+        return check_exists(target)  # a template (`data=<name>`): the reader fills in the rest
     if target.startswith("-m "):
         return check_module(target[3:], args, markers)
     return check_script(target, args, markers)
+
+
+PLACEHOLDER = re.compile(r"<\w+>")
+
+
+def check_exists(target: str) -> None:
+    if not target.startswith("-m "):
+        if not (ROOT / target).is_file():
+            raise CommandError(f"there is no file {target}")
+        return
+    try:
+        spec = importlib.util.find_spec(target[3:])
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None:
+        raise CommandError(f"there is no module {target[3:]}")
 
 
 def split_shell(line: str) -> list[list[str]]:
@@ -357,6 +378,254 @@ def test_commands_of_every_kind_are_found_in_the_docs():
         "sbatch": any(c.startswith("sbatch ") for _, c in COMMANDS),
     }
     assert all(kinds.values()), kinds
+
+
+# --- numbers ----------------------------------------------------------------------------------
+# A count that changes as the project grows (parameters, runs, registered names, defaults) is
+# written in the pages only where this section computes it from the code, so a change to the code
+# that makes a page wrong fails here, saying what the page should now read. Timings and losses are
+# measurements: the pages give their command, machine and date instead, and nothing checks them.
+
+
+@functools.cache
+def experiment(*overrides: str) -> tuple:
+    """The composed ExperimentConfig and its model config with the tokenizer's vocabulary, as
+    train.py builds them (local sources get a path that is never read)."""
+    from data import load_tokenizer
+
+    config, _ = compose([*overrides, "data.paths=[/not/read]"])
+    vocab = load_tokenizer(config.data.tokenizer).vocab_size
+    return config, config.model.with_vocab_from_tokenizer(vocab)
+
+
+def tokens_per_run(config) -> int:
+    return config.trainer.steps * config.trainer.global_batch * config.data.seq_len
+
+
+def jobs(sweep: str) -> list[list[str]]:
+    from training.sweeps import expand, load_sweep
+
+    return expand(load_sweep(sweep), ["data.paths=[/not/read]"])  # local sources need paths
+
+
+def seeds(sweep: str) -> int:
+    return len({o for job in jobs(sweep) for o in job if o.startswith("trainer.seed=")}) or 1
+
+
+def millions(n: float) -> str:
+    return f"{n / 1e6:.1f}M"
+
+
+def readme_numbers() -> list[str]:
+    from model import count_parameters
+
+    quick, model = experiment()
+    t, seq = quick.trainer, quick.data.seq_len
+    tekken = count_parameters(experiment("data.tokenizer.name=mistral_nemo")[1])
+    assert tekken.embedding > tekken.total / 2, (
+        "README: the Tekken model's parameters are no longer mostly embedding"
+    )
+    study, study_model = experiment("experiment=study")
+    ablation, ablation_model = experiment("experiment=ablation_1b")
+    torch_pin = re.search(r"^torch==(\S+)", (ROOT / "constraints/cpu.txt").read_text(), re.M)
+    return [
+        f"takes the CPU build of torch {torch_pin[1]}",
+        f"a tiny xIELU Llama ({model.n_layers} layers, width {model.dim}, UTF-8 byte tokens,"
+        f" {millions(count_parameters(model).total)} parameters) trained for {t.steps} steps of"
+        f" {t.global_batch} x {seq} tokens",
+        f"over the first {t.eval_batches} held-out batches"
+        f" ({t.eval_batches * t.global_batch * seq:,} tokens)",
+        f"Over {t.eval_batches * t.global_batch * seq:,} held-out tokens, the first"
+        f" trainer.eval_batches={t.eval_batches} batches",
+        f"ln {model.vocab_size} = {math.log(model.vocab_size):.1f}",
+        f"padded to {model.vocab_size}",
+        f"{tokens_per_run(quick) / 1e6:.0f}M bytes is very little text",
+        f"({tekken.total / 1e6:.0f}M parameters, mostly embedding",
+        f"Ablation table ({len(jobs('ablation'))} rows,"
+        f" {count_parameters(ablation_model).total / 1e9:.1f}B,"
+        f" {tokens_per_run(ablation) / 1e9:.0f}B tokens",
+        f"({len(jobs('study_lr')) + len(jobs('study_seeds'))} runs,",
+        f"{millions(count_parameters(study_model).total)} parameters,"
+        f" {millions(tokens_per_run(study))} tokens, {seeds('study_seeds')} seeds",
+    ]
+
+
+def activations_numbers() -> list[str]:
+    """Every registered name is listed once under "Registered names", and no other (a list, not
+    a phrase: checked here, no phrase returned)."""
+    from xielu import available_activations
+
+    text = (ROOT / "docs/activations.md").read_text()
+    section = text.split("## Registered names")[1].split("\n|")[0]
+    listed = re.findall(r"^[ -].*", section, flags=re.M)
+    names = re.findall(r"`(\w+)`", "\n".join(listed))
+    assert_same_names("docs/activations.md, Registered names", names, available_activations())
+    return []
+
+
+def assert_same_names(where: str, listed: list[str], actual: list[str]) -> None:
+    add, remove = sorted(set(actual) - set(listed)), sorted(set(listed) - set(actual))
+    twice = sorted({name for name in listed if listed.count(name) > 1})
+    assert not (add or remove or twice), f"{where}: add {add}, remove {remove}, twice {twice}"
+
+
+def data_numbers() -> list[str]:
+    from data import load_tokenizer
+    from data.config import DataConfig, TokenizerConfig
+
+    vocab = {n: load_tokenizer(TokenizerConfig(n)).vocab_size for n in ("mistral_nemo", "llama3")}
+    defaults = DataConfig()
+    return [
+        f"`mistral_nemo` (Tekken, vocab {vocab['mistral_nemo']}) and `llama3` (vocab"
+        f" {vocab['llama3']})",
+        f"UTF-8 bytes, vocab {load_tokenizer(TokenizerConfig('bytes')).vocab_size}",
+        f"`data.hub_backoff_s` (default {defaults.hub_backoff_s:g} s",
+        f"`data.hub_retries` times in a row (default {defaults.hub_retries})",
+    ]
+
+
+def evaluation_numbers() -> list[str]:
+    from data import load_tokenizer
+    from data.config import TokenizerConfig
+    from scripts import bench_scoring
+
+    a = parsed_arguments(bench_scoring, [])
+    return [
+        f"`python -m scripts.bench_scoring` ({a.batch} requests of {a.length} tokens,"
+        f" {a.continuation} scored each, Llama 3's {a.vocab:,}-entry vocabulary, dim {a.dim};",
+        f"Llama 3's {load_tokenizer(TokenizerConfig('llama3')).vocab_size:,}-entry",
+    ]
+
+
+def fault_tolerance_numbers() -> list[str]:
+    from model import count_parameters
+    from training.checkpoint.load import IO_RETRIES
+    from training.config import TrainerConfig
+
+    sbatch = (ROOT / "slurm/train.sbatch").read_text()
+    warning = int(re.search(r"^#SBATCH --signal=USR1@(\d+)", sbatch, flags=re.M)[1])
+    paper_1b = count_parameters(experiment("experiment=paper_1b")[1]).total
+    return [
+        f"retried on the same checkpoint {times(IO_RETRIES)}",
+        f"after {IO_RETRIES} retries set aside",
+        f"`trainer.collective_timeout_s` (default {TrainerConfig().collective_timeout_s})",
+        f"`--signal=USR1@{warning}` in `slurm/train.sbatch`: the time limit is"
+        f" {warning // 60} minutes away",
+        f"~{paper_1b * 12 / 1e9:.0f} GB per checkpoint, counted: 12 bytes per parameter",
+    ]
+
+
+NUMBER_WORDS = ["zero", "once", "twice", "three", "four", "five", "six"]
+
+
+def times(n: int) -> str:
+    return NUMBER_WORDS[n] if n in (1, 2) else f"{NUMBER_WORDS[n]} times"
+
+
+def model_numbers() -> list[str]:
+    from model.config import ModelConfig
+    from model.presets import available_presets, load_preset
+    from xielu import activation_spec
+
+    text = " ".join((ROOT / "docs/model.md").read_text().split())
+    listed = re.search(r"`configs/model/\{([\w,]+)\}\.yaml`", text)[1].split(",")
+    assert_same_names("docs/model.md, the presets", listed, available_presets())
+    paper = {load_preset(name).loss_chunk_tokens for name in available_presets() if name != "tiny"}
+    assert len(paper) == 1, "the paper's presets no longer share one loss chunk size"
+    layers = load_preset("paper_1b").n_layers
+    scalars = activation_spec("xielu").scalars
+    assert scalars == ("alpha_p", "alpha_n")
+    return [
+        f"RoPE (theta {ModelConfig.rope_theta:.0f})",
+        f"({paper.pop()} in the paper's presets",
+        f"({len(scalars) * layers} more: alpha_p and alpha_n in each of {layers} layers)",
+    ]
+
+
+def bench_activations_shape() -> str:
+    from scripts import bench_activations
+
+    return " x ".join(map(str, parsed_arguments(bench_activations, []).shape))
+
+
+def performance_numbers() -> list[str]:
+    from scripts.estimate_memory import DEVICES, HEADROOM
+
+    sizes = " and ".join(re.search(r"(\d+)GB", name)[1] for name in DEVICES)
+    return [
+        f"(default {bench_activations_shape()})",
+        f"against {sizes} GB, less {HEADROOM:.0%} headroom",
+    ]
+
+
+def ladder_row(sweep: str, gpus: int, where: str) -> str:
+    """The row of results.md's ladder table, priced as ``scripts.estimate_sweep`` prices it."""
+    from scripts.estimate_sweep import MEASURED_MFU, job_cost
+    from training.metrics import PEAK_BF16_FLOPS
+
+    costs = [job_cost(job) for job in jobs(sweep)]
+    shapes = list(dict.fromkeys(cost["model"] for cost in costs))
+    widths = ", ".join(shape.split("x")[0] for shape in shapes)
+    (layers,) = {shape.split("x")[1] for shape in shapes}
+    gpu_hours = sum(c["flops"] for c in costs) / (MEASURED_MFU * PEAK_BF16_FLOPS["H100"]) / 3600
+    n = seeds(sweep)
+    return (
+        f"| `{sweep}` | {widths} ({layers}) | {len(costs)} ({n} seed{'s' * (n > 1)}) |"
+        f" {gpu_hours:.0f} | {gpu_hours / gpus:.1f} on {where} |"
+    )
+
+
+def results_numbers() -> list[str]:
+    from model import count_parameters
+
+    study, model = experiment("experiment=study")
+    params = count_parameters(model)
+    t, s = study.trainer, study.schedule
+    mini, mini_model = experiment("experiment=mini_ablation")
+    width_std = model.init_std * math.sqrt(model.init_reference_dim / model.dim)
+    return [
+        f"(dim {model.dim}, {model.n_layers} layers, {model.n_heads} heads,"
+        f" {millions(params.total)} parameters, {params.embedding / 1e3:.0f}k of them the tied"
+        f" embedding; UTF-8 byte tokens, vocabulary {model.vocab_size})",
+        f"{t.steps} steps of {t.global_batch} x {study.data.seq_len} tokens,"
+        f" {tokens_per_run(study) / 1e6:.2f}M tokens per run. WSD schedule: {s.warmup_steps}"
+        f" warmup steps, then a {s.decay_shape} cooldown over the last {s.decay_steps}.",
+        f"every {t.eval_every} steps, {t.steps // t.eval_every} points in all, on the same"
+        f" {t.eval_batches * t.global_batch * study.data.seq_len:,} held-out tokens"
+        f" ({study.data.validation_documents} documents, {t.eval_batches} batches)",
+        f"std {model.init_std} x sqrt({model.init_reference_dim} / {model.dim}) = {width_std:.3f}",
+        f"--parallel 2 # {len(jobs('study_lr'))} runs",
+        f"--parallel 2 # {len(jobs('study_seeds'))} runs",
+        f"(dim {mini_model.dim}, {mini_model.n_layers} layers,"
+        f" {millions(count_parameters(mini_model).total)} parameters, UTF-8 byte tokens)",
+        f"the same {millions(tokens_per_run(mini))} tokens of the builtin corpus"
+        f" ({mini.trainer.steps} steps of {mini.trainer.global_batch} x {mini.data.seq_len}, WSD"
+        f" with the cooldown in the last {mini.schedule.decay_steps} steps)",
+        ladder_row("ladder_h100", 1, "one H100"),
+        ladder_row("ladder_gh200", 16, "a 4-node GH200 allocation (16 GPUs)"),
+        f"{bench_activations_shape()} by default",
+    ]
+
+
+NUMBERS = {
+    "README.md": readme_numbers,
+    "docs/activations.md": activations_numbers,
+    "docs/data.md": data_numbers,
+    "docs/evaluation.md": evaluation_numbers,
+    "docs/fault-tolerance.md": fault_tolerance_numbers,
+    "docs/model.md": model_numbers,
+    "docs/performance.md": performance_numbers,
+    "docs/results.md": results_numbers,
+}
+
+
+@pytest.mark.parametrize("where", NUMBERS)
+def test_counts_in_the_pages_are_what_the_code_gives(where):
+    """Each phrase, its numbers computed from the code today, appears in the page (line breaks
+    and runs of spaces read as one space)."""
+    text = " ".join((ROOT / where).read_text().split())
+    missing = [phrase for phrase in NUMBERS[where]() if phrase not in text]
+    assert not missing, f"{where} should read, as the code gives today: {missing}"
 
 
 # --- links ------------------------------------------------------------------------------------
