@@ -132,7 +132,10 @@ def test_the_matrix_point_trains_with_every_instrument(point, uninterrupted, tmp
     overrides = matrix_overrides(point, tmp_path)
     code, output = run(overrides, torchrun=2, timeout=TIMEOUT)
     assert code == 0, output[-4000:]
-    assert_each_instrument_once_at_each_of_its_steps(tmp_path, "wsd")
+    expected = expected_steps("wsd")
+    del expected["downstream/seconds"]  # off in the matrix (end_to_end.MATRIX_LEAVES_OUT)
+    for key, steps in expected.items():
+        assert logged_steps(tmp_path, key) == steps, key
     assert_alphas_logged_in_fp32(tmp_path)
     # the same model and data as the quickstart's DDP fp32 run: fp32 points follow it to
     # summation order; bf16 ones to bf16's rounding of the matmul operands
