@@ -28,8 +28,8 @@ COUNTERS = (
 )
 
 
-# What the trainer's main process turns into a checkpoint (training/preemption.py). SLURM sends
-# them to every process of the step; a worker that died of one (PyTorch's worker kills itself
+# What the trainer's main process turns into a checkpoint (training/runtime/preemption.py). SLURM
+# sends them to every process of the step; a worker that died of one (PyTorch's worker kills itself
 # on a SIGTERM its parent did not send) would stop the main process mid-step, checkpoint lost.
 WORKER_IGNORED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 

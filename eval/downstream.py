@@ -117,7 +117,7 @@ def during_training(
     from lm_eval.tasks import TaskManager
 
     from eval.harness import ProjectLM
-    from training import distributed
+    from training.runtime import distributed
 
     include_path = None
     if data_dir:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from model import Llama
 from model.sampling import GREEDY, generate
-from training import distributed
+from training.runtime import distributed
 
 IGNORE = -100  # a target the model does not score (model.loss)
 

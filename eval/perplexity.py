@@ -7,10 +7,11 @@
 
 By default the run's own data config is used, so the slice is exactly the one training held
 out (the same for every run of that data config), all of it unless ``--batches`` says
-otherwise. The loss is ``training.validation``'s, the trainer's own, so it equals the run's
-logged ``val/loss`` when the run validated on the whole slice too (``trainer.eval_batches=0``);
-a run with ``trainer.eval_batches=N`` logs the loss of the first N batches per rank, and says
-so (``val/tokens``, and the closing line). It does not depend on batch size or world size.
+otherwise. The loss is ``training.instruments.validation``'s, the trainer's own, so it equals the
+run's logged ``val/loss`` when the run validated on the whole slice too
+(``trainer.eval_batches=0``); a run with ``trainer.eval_batches=N`` logs the loss of the first N
+batches per rank, and says so (``val/tokens``, and the closing line). It does not depend on batch
+size or world size.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from dataclasses import replace
 import torch
 
 from data import build_validation_loader
-from training import distributed
 from training.checkpoint import load_trained_model
-from training.parallelize import parallelize, plan_from_config
-from training.validation import validation_loss
+from training.instruments.validation import validation_loss
+from training.runtime import distributed
+from training.runtime.parallelize import parallelize, plan_from_config
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -29,8 +29,8 @@ def measure(args: argparse.Namespace, asynchronous: bool) -> dict:
     from model.presets import load_preset
     from training.checkpoint import CheckpointWriter
     from training.config import OptimConfig
-    from training.distributed import Env
     from training.optim import build_optimizer
+    from training.runtime.distributed import Env
 
     device = torch.device(args.device)
     config = load_preset(

@@ -63,10 +63,10 @@ def measure(activation: str, settings: Settings, args: argparse.Namespace) -> di
     from model.presets import load_preset
     from scripts.common import median_ms, saved_bytes
     from training.config import OptimConfig
-    from training.distributed import Env
-    from training.metrics import device_peak_flops
+    from training.instruments.metrics import device_peak_flops
     from training.optim import build_optimizer
-    from training.parallelize import ParallelPlan, apply_compile, parallelize
+    from training.runtime.distributed import Env
+    from training.runtime.parallelize import ParallelPlan, apply_compile, parallelize
     from training.step import train_step
 
     device = torch.device(args.device)

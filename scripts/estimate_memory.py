@@ -4,8 +4,8 @@
     python -m scripts.estimate_memory --preset paper_3b --batch 4 5 --activations xielu swiglu
     python -m scripts.estimate_memory --preset paper_3b --batch 4 --world-size 4   # FSDP2, 4 GPUs
 
-The real code runs (``model.Llama``, ``training.parallelize.parallelize``, the fused loss, bf16
-autocast through ``TrainingModel.autocast``, AdamW from ``training.optim.build_optimizer``) on
+The real code runs (``model.Llama``, ``training.runtime.parallelize.parallelize``, the fused loss,
+bf16 autocast through ``TrainingModel.autocast``, AdamW from ``training.optim.build_optimizer``) on
 fake tensors (``torch._subclasses.fake_tensor.FakeTensorMode``): every tensor has its shape,
 dtype and lifetime but no data, so a 3B model costs seconds and no memory. PyTorch's own
 tracker (``torch.distributed._tools.mem_tracker.MemTracker``; ``FSDPMemTracker`` under FSDP2)
@@ -57,7 +57,7 @@ then keeps 1/N of the fp32 state, all-gathers one block's bf16 weights at a time
 prefetching), and, between the micro-batches of an accumulated step
 (``set_requires_gradient_sync(False)``), keeps full unsharded fp32 gradients, unless
 ``--reduce-every-micro-batch`` (``trainer.fsdp_reduce_every_micro_batch``). The residual
-stream stays fp32 as on one GPU (``training.parallelize.apply_fsdp``), so the q, k and v
+stream stays fp32 as on one GPU (``training.runtime.parallelize.apply_fsdp``), so the q, k and v
 projections each save their own autocast cast of the fp32 norm output, as on one GPU.
 
 Not modelled: ``data.document_mask`` (off in the paper's configs; its [batch, 1, seq, seq] mask
@@ -243,9 +243,9 @@ def estimate(
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from training.distributed import Env
     from training.optim import build_optimizer
-    from training.parallelize import ParallelPlan, parallelize
+    from training.runtime.distributed import Env
+    from training.runtime.parallelize import ParallelPlan, parallelize
 
     if micro_steps < 1 or world_size < 1:
         raise ValueError(

@@ -21,7 +21,7 @@ from data import load_tokenizer
 from model import count_parameters, training_flops_per_token
 from scripts.common import markdown
 from training.config import register_configs, to_experiment
-from training.metrics import PEAK_BF16_FLOPS
+from training.instruments.metrics import PEAK_BF16_FLOPS
 from training.sweeps import SWEEPS, expand, load_sweep
 
 MEASURED_MFU = 0.306  # paper_1b on one H100, docs/performance.md

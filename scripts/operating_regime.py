@@ -6,7 +6,8 @@
 Builds each model as the trainer would (seeded, ``model.init_scaling`` applied), runs one
 forward of random tokens and prints, per layer group, the MLP pre-activation RMS, its fraction
 below zero and the share of the activation's output that is not linear in its input
-(``training/diagnostics.py``). The paper's 1.1B needs about 6 GB of memory and a minute on CPU.
+(``training/instruments/diagnostics.py``). The paper's 1.1B needs about 6 GB of memory and a minute
+on CPU.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import torch
 from model import Llama
 from model.presets import load_preset
 from scripts.common import markdown
-from training.diagnostics import mlp_diagnostics
-from training.distributed import Env
-from training.parallelize import ParallelPlan, parallelize
+from training.instruments.diagnostics import mlp_diagnostics
+from training.runtime.distributed import Env
+from training.runtime.parallelize import ParallelPlan, parallelize
 
 
 def measure(

@@ -26,7 +26,7 @@ from model import count_parameters
 from scripts.common import markdown, read_metrics, write_csv
 from scripts.figures import pyplot, save
 from training.checkpoint import run_config
-from training.diagnostics import STATISTICS
+from training.instruments.diagnostics import STATISTICS
 from training.schedule import stable_phase_end
 
 

@@ -9,9 +9,9 @@
 Each grid of the sweep file becomes one ``python train.py -m ...`` call; its ``sweep`` lists
 become Hydra's comma-separated sweep values, extra arguments are appended to every job. Under
 ``submitit_slurm`` each job gets ``nodes x tasks_per_node`` processes; the trainer reads its rank
-from SLURM's variables (``training/distributed.py``). The ``basic`` launcher instead runs every
-job as its own ``python train.py ...`` process, one after another under a progress bar over the
-runs. Either way each grid point trains in a directory of its own, named by the keys the sweep
+from SLURM's variables (``training/runtime/distributed.py``). The ``basic`` launcher instead runs
+every job as its own ``python train.py ...`` process, one after another under a progress bar over
+the runs. Either way each grid point trains in a directory of its own, named by the keys the sweep
 varies (``training/sweeps.py``), so the two launchers' runs land in the same places.
 """
 

@@ -10,7 +10,7 @@ import torch
 
 from model import Llama, ModelConfig
 from training.checkpoint import CheckpointWriter
-from training.distributed import Env
+from training.runtime.distributed import Env
 
 ENV = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 

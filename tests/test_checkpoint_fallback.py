@@ -21,7 +21,7 @@ from checkpoint_helpers import (
 )
 from model import Llama
 from training import checkpoint
-from training.distributed import Env
+from training.runtime.distributed import Env
 
 
 def save_steps_2_and_4(run_dir, env: Env = ENV) -> None:

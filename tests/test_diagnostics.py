@@ -9,9 +9,9 @@ import torch
 
 from model import Llama, ModelConfig
 from train_helpers import metrics, run_in_process, tiny_overrides
-from training.diagnostics import mlp_diagnostics, statistics_from_sums
-from training.distributed import Env
-from training.parallelize import ParallelPlan, parallelize
+from training.instruments.diagnostics import mlp_diagnostics, statistics_from_sums
+from training.runtime.distributed import Env
+from training.runtime.parallelize import ParallelPlan, parallelize
 
 
 def _tiny(activation="xielu", **kw) -> Llama:

@@ -34,7 +34,7 @@ from train_helpers import compose, losses, metrics, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("processes")]
 
-REQUEUED = 75  # training/preemption.py: EXIT_PREEMPTED
+REQUEUED = 75  # training/runtime/preemption.py: EXIT_PREEMPTED
 TIMEOUT = 400  # a run of the tier takes 10-60 s on 2 cores: past this it hangs
 
 

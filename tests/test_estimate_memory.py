@@ -14,8 +14,8 @@ from model import Llama
 from model.presets import load_preset
 from scripts.common import saved_bytes
 from scripts.estimate_memory import GIB, estimate, fits, main
-from training.distributed import Env
-from training.parallelize import ParallelPlan, parallelize
+from training.runtime.distributed import Env
+from training.runtime.parallelize import ParallelPlan, parallelize
 
 BATCH, SEQ = 2, 64
 
@@ -39,7 +39,8 @@ def parameter_tensors(config) -> list[torch.Tensor]:
 
 def split_whole(config) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(sharded, whole): what bf16 FSDP2 shards, and what it keeps whole on every rank
-    (``training.parallelize.apply_fsdp``): the blocks' norm weights and activation scalars."""
+    (``training.runtime.parallelize.apply_fsdp``): the blocks' norm weights and activation
+    scalars."""
     sharded, whole = [], []
     for name, p in Llama(config).named_parameters():
         keep = name.startswith("layers.") and ("layernorm" in name or ".act_fn." in name)

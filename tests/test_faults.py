@@ -21,8 +21,9 @@ from train_helpers import (
     run_in_process,
     tiny_overrides,
 )
-from training import checkpoint, loop, measurements
+from training import checkpoint, loop
 from training.checkpoint import CheckpointWriter
+from training.instruments import measurements
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])

@@ -82,8 +82,8 @@ def test_a_bf16_training_step_on_the_gpu_matches_fp32():
     compiled step against an fp32 eager one: bf16 rounds matmul inputs (~4e-3 relative), so a
     gradient that went wrong (a dropped term, a bf16 sum) shows as a large relative error."""
     from model import Llama, ModelConfig
-    from training.distributed import Env
-    from training.parallelize import ParallelPlan, parallelize
+    from training.runtime.distributed import Env
+    from training.runtime.parallelize import ParallelPlan, parallelize
 
     config = ModelConfig(
         vocab_size=1024, dim=256, n_layers=2, n_heads=4, gated_hidden=512, max_seq_len=256

@@ -9,10 +9,10 @@ import torch
 
 from model import Llama, ModelConfig
 from training.config import OptimConfig
-from training.distributed import Env
-from training.grad_norms import per_layer_grad_norms
+from training.instruments.grad_norms import per_layer_grad_norms
 from training.optim import build_optimizer
-from training.parallelize import ParallelPlan, parallelize
+from training.runtime.distributed import Env
+from training.runtime.parallelize import ParallelPlan, parallelize
 from training.step import train_step
 
 

@@ -48,7 +48,7 @@ def tiny_lm(sharded: bool):
     from data import TokenizerConfig, load_tokenizer
     from eval.harness import ProjectLM
     from model import Llama, ModelConfig
-    from training.parallelize import ParallelPlan, apply_fsdp
+    from training.runtime.parallelize import ParallelPlan, apply_fsdp
 
     torch.manual_seed(0)
     config = ModelConfig(

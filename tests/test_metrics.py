@@ -2,7 +2,7 @@
 
 import pytest
 
-from training.metrics import peak_flops_of
+from training.instruments.metrics import peak_flops_of
 
 
 @pytest.mark.parametrize(

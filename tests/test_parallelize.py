@@ -1,4 +1,5 @@
-"""training.parallelize: activation checkpointing by wrapping, the plan read from the config.
+"""training.runtime.parallelize: activation checkpointing by wrapping, the plan read from the
+config.
 
 DDP and FSDP2 through the same function are exercised by ``tests/test_train_distributed.py``
 (losses equal to a single process).
@@ -9,8 +10,8 @@ import torch
 
 from model import Llama, ModelConfig
 from training.config import TrainerConfig, validate
-from training.distributed import Env
-from training.parallelize import ParallelPlan, parallelize, plan_from_config
+from training.runtime.distributed import Env
+from training.runtime.parallelize import ParallelPlan, parallelize, plan_from_config
 
 CPU = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 

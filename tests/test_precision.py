@@ -13,9 +13,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from model import Llama, ModelConfig
 from training.config import OptimConfig
-from training.distributed import Env
 from training.optim import build_optimizer
-from training.parallelize import ParallelPlan, parallelize
+from training.runtime.distributed import Env
+from training.runtime.parallelize import ParallelPlan, parallelize
 
 MATMULS = {
     "mm",

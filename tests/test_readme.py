@@ -561,7 +561,7 @@ def performance_numbers() -> list[str]:
 def ladder_row(sweep: str, gpus: int, where: str) -> str:
     """The row of results.md's ladder table, priced as ``scripts.estimate_sweep`` prices it."""
     from scripts.estimate_sweep import MEASURED_MFU, job_cost
-    from training.metrics import PEAK_BF16_FLOPS
+    from training.instruments.metrics import PEAK_BF16_FLOPS
 
     costs = [job_cost(job) for job in jobs(sweep)]
     shapes = list(dict.fromkeys(cost["model"] for cost in costs))

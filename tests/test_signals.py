@@ -112,7 +112,7 @@ def test_a_rank_whose_stop_is_checkpointed_exits_75_on_a_later_sigterm(checkpoin
 
     code = (
         "import os, signal\n"
-        "from training.preemption import Preemption\n"
+        "from training.runtime.preemption import Preemption\n"
         "p = Preemption()\n"
         "p.install()\n"
         f"p.checkpointed = {checkpointed}\n"

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from train_helpers import metrics, run_in_process, tiny_overrides
-from training.spikes import MIN_HISTORY, SpikeMonitor
+from training.instruments.spikes import MIN_HISTORY, SpikeMonitor
 from training.step_health import NonFiniteTrainingError, StepHealth
 
 

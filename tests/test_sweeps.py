@@ -11,7 +11,7 @@ from data_fixtures import write_parquet_corpus
 from eval.paper import ABLATION_TABLE, MAIN_COMPARISON
 from scripts.results_table import main as results_table
 from train_helpers import ROOT, compose, metrics, tiny_overrides
-from training.distributed import adopt_slurm_tasks
+from training.runtime.distributed import adopt_slurm_tasks
 from training.sweeps import commands, expand, load_sweep
 
 

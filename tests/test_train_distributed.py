@@ -108,7 +108,7 @@ def test_fsdp2_bf16_keeps_and_logs_the_activation_scalars_in_fp32(corpus, tmp_pa
     from grad_norm_records import norms
 
     from training.checkpoint import load_trained_model
-    from training.metrics import alpha_scalars
+    from training.instruments.metrics import alpha_scalars
 
     runs, grad_norms = {}, {}
     for parallelism in ("ddp", "fsdp"):

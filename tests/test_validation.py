@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from data import IGNORE_INDEX
 from model import Llama, ModelConfig
-from training.validation import validation_loss
+from training.instruments.validation import validation_loss
 
 
 def test_the_loss_is_cross_entropy_over_the_concatenated_counted_targets():

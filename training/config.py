@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from data.config import DataConfig
 from model.config import ModelConfig
-from training.preemption import parse_debug_signal
+from training.runtime.preemption import parse_debug_signal
 
 
 @dataclass
@@ -103,7 +103,7 @@ class TrainerConfig:
         gradients after every micro-batch instead of keeping them whole, in fp32, until the
         last one: 4 bytes per parameter less on every GPU (4.2 GiB at 1.1B, 11.2 at 3B) for one
         reduce-scatter per micro-batch instead of per step.
-    See ``training/parallelize.py`` for how these are applied.
+    See ``training/runtime/parallelize.py`` for how these are applied.
     seed: model initialisation and everything else random.
     run_dir: where checkpoints, metrics.jsonl and the resolved config go.
     axes: the keys that say which run a run directory holds: written to ``axes.json`` in it,
@@ -119,8 +119,8 @@ class TrainerConfig:
     log_every: steps between console / metrics lines.
     max_bad_steps: stop after this many consecutive steps with a non-finite loss or gradient.
     spike_window: steps of the rolling window a step's loss and gradient norm are compared
-        with (``training/spikes.py``); 0 disables the monitor. Spikes are counted (``spikes``)
-        and reported with their step and value.
+        with (``training/instruments/spikes.py``); 0 disables the monitor. Spikes are counted
+        (``spikes``) and reported with their step and value.
     spike_threshold: how many standard deviations above the window's mean make a spike.
     spike_skip: skip the update of a spike step (counted in ``skipped_steps``); off by default.
     spike_skip_limit: with ``spike_skip``, this many spikes in a row are a new level, not a
@@ -137,8 +137,8 @@ class TrainerConfig:
         to build lm-eval tasks from offline (``eval.local_tasks``); empty: lm-eval's own
         tasks, which download their data from the Hugging Face Hub.
     profile_steps: ``[first, last]``: profile those steps (as logged, from 1) into
-        ``<run_dir>/profile/`` (``training/profiling.py``: a Chrome trace per rank; on CUDA a
-        memory snapshot too); empty: no profiling.
+        ``<run_dir>/profile/`` (``training/instruments/profiling.py``: a Chrome trace per rank; on
+        CUDA a memory snapshot too); empty: no profiling.
     collective_timeout_s: how long a collective waits for the slowest rank before the job
         fails (a rank that hangs); a rank that dies stops the others at once (torchrun).
     debug_nan_steps: fault injection for tests: make the loss NaN at these (0-based) steps.
@@ -205,11 +205,13 @@ class LoggingConfig:
     """Attributes:
     diagnostics_every: steps between the per-layer activation diagnostics (the MLP
         pre-activation RMS, its fraction below zero, the output RMS and the non-linear share
-        of the output; ``training/diagnostics.py``), measured on one fixed held-out batch, also
-        at step 0; 0 disables. Each costs one forward of ``trainer.micro_batch`` sequences.
+        of the output; ``training/instruments/diagnostics.py``), measured on one fixed held-out
+        batch, also at step 0; 0 disables. Each costs one forward of ``trainer.micro_batch``
+        sequences.
     grad_norms_every: steps between the per-layer gradient norms (attention, MLP and the
-        activation's scalars of every block, before clipping; ``training/grad_norms.py``),
-        logged as ``grad_norm/<group>/layer_NN``; 0 disables.
+        activation's scalars of every block, before clipping;
+        ``training/instruments/grad_norms.py``), logged as ``grad_norm/<group>/layer_NN``; 0
+        disables.
     """
 
     wandb: WandbConfig = field(default_factory=WandbConfig)

@@ -21,31 +21,32 @@ import torch
 from data import build_loader, load_tokenizer, needs_every_rank, restore_loader
 from data import counters as data_counters
 from model import Llama, count_parameters, training_flops_per_token
-from training import checkpoint, distributed
+from training import checkpoint
 from training.axes import refuse_other_runs_checkpoints, write_run_files
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
 from training.components import Instrument, Periodic, PeriodicWork, TrainerState
 from training.config import ConfigError, ExperimentConfig, validate
-from training.grad_norms import per_layer_grad_norms
-from training.measurements import DownstreamEvaluator, Measurements
-from training.metrics import (
+from training.instruments.grad_norms import per_layer_grad_norms
+from training.instruments.measurements import DownstreamEvaluator, Measurements
+from training.instruments.metrics import (
     MetricsLogger,
     alpha_scalars,
     device_peak_flops,
     peak_memory_gib,
 )
+from training.instruments.profiling import StepProfiler
+from training.instruments.spikes import SpikeMonitor
 from training.optim import build_optimizer, reapply_config, set_learning_rate
-from training.parallelize import parallelize, plan_from_config
-from training.preemption import (
+from training.runtime import distributed
+from training.runtime.parallelize import parallelize, plan_from_config
+from training.runtime.preemption import (
     EXIT_PREEMPTED,
     REQUEUE,
     Preemption,
     parse_debug_signal,
     requeue_or_exit_code,
 )
-from training.profiling import StepProfiler
 from training.schedule import learning_rate, stable_phase_end
-from training.spikes import SpikeMonitor
 from training.step import train_step
 from training.step_health import NonFiniteTrainingError, StepHealth
 from training.summary import run_summary, validation_entropy
@@ -57,7 +58,8 @@ EXIT_CHECKPOINT_FAILED = 4
 
 
 def build_model(config: ExperimentConfig, vocab_size: int, device: torch.device) -> Llama:
-    """The bare model, seeded, on ``device``; ``training.parallelize`` makes it trainable."""
+    """The bare model, seeded, on ``device``; ``training.runtime.parallelize`` makes it
+    trainable."""
     torch.manual_seed(config.trainer.seed)
     return Llama(config.model.with_vocab_from_tokenizer(vocab_size)).to(device)
 

@@ -51,7 +51,7 @@ def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
 
 def _by_layout(group: dict) -> list[dict]:
     """``group`` split into its whole parameters and its DTensor shards: under bf16 FSDP2 a role
-    holds both (``training.parallelize.apply_fsdp`` keeps the norms whole on every rank, the
+    holds both (``training.runtime.parallelize.apply_fsdp`` keeps the norms whole on every rank, the
     embedding is sharded), and the foreach and fused AdamW kernels refuse a list that mixes
     them. One group when the layouts agree (DDP, one process, fp32 FSDP2)."""
     whole = [p for p in group["params"] if not hasattr(p, "to_local")]

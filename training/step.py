@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from training.parallelize import TrainingModel
+from training.runtime.parallelize import TrainingModel
 
 
 @dataclass

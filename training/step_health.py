@@ -2,9 +2,9 @@
 
 A step whose loss or gradient norm is not finite is skipped and counted; ``max_bad_steps`` of
 them in a row stop the run without checkpointing, since the weights may be damaged and the
-last checkpoint is good. A spike (``training.spikes``) is counted and reported, and its update
-skipped only with ``trainer.spike_skip``. Every rank reaches the same verdict: the trainer sums
-the loss over ranks before asking, and the gradient norm is already global.
+last checkpoint is good. A spike (``training.instruments.spikes``) is counted and reported, and its
+update skipped only with ``trainer.spike_skip``. Every rank reaches the same verdict: the trainer
+sums the loss over ranks before asking, and the gradient norm is already global.
 
 Skipping spikes must never stop learning for good: a skipped step's values stay out of the
 window, so after a lasting shift of the level (a gradient norm moving from 1.0 to 1.2 after a
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 
-from training.spikes import Spike, SpikeMonitor
+from training.instruments.spikes import Spike, SpikeMonitor
 
 log = logging.getLogger(__name__)
 

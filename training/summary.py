@@ -19,9 +19,9 @@ import torch
 from model import Llama
 from model.hf import UnsupportedExportError, hf_activation_name, hf_model_type
 from model.sampling import SamplingConfig, document_start, generate
-from training import distributed
 from training.config import ExperimentConfig
-from training.validation import IGNORE_INDEX
+from training.instruments.validation import IGNORE_INDEX
+from training.runtime import distributed
 
 SAMPLE_PROMPT = "If the"
 SAMPLE_SAMPLING = SamplingConfig(temperature=0.5, top_k=20)

@@ -29,7 +29,6 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from training import distributed
 from training.checkpoint.layout import (
     RANK_FILES,
     TRAINER_FILE,
@@ -39,7 +38,8 @@ from training.checkpoint.layout import (
 )
 from training.checkpoint.rng import set_rng_state
 from training.checkpoint.unpickling import dcp_load, load_weights_only
-from training.distributed import Env
+from training.runtime import distributed
+from training.runtime.distributed import Env
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,6 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
-from training import distributed
 from training.checkpoint.layout import (
     CONFIG_FILE,
     TRAINER_FILE,
@@ -46,7 +45,8 @@ from training.checkpoint.layout import (
     step_dir_name,
 )
 from training.checkpoint.rng import rng_state
-from training.distributed import Env
+from training.runtime import distributed
+from training.runtime.distributed import Env
 
 log = logging.getLogger(__name__)
 

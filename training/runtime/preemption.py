@@ -23,7 +23,7 @@ import os
 import signal
 import subprocess
 
-from training import distributed
+from training.runtime import distributed
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from data import IGNORE_INDEX
-from training import distributed
+from training.runtime import distributed
 
 
 @torch.no_grad()

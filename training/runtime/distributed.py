@@ -1,8 +1,8 @@
 """Everything that touches torch.distributed: process group, device, collectives.
 
 The model never calls torch.distributed; the trainer asks this module for rank and world size,
-and ``training.parallelize`` for the wrapped model. Single-process runs (no ``torchrun``) need
-no process group at all.
+and ``training.runtime.parallelize`` for the wrapped model. Single-process runs (no ``torchrun``)
+need no process group at all.
 """
 
 from __future__ import annotations

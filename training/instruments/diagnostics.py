@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from data import IGNORE_INDEX
-from training import distributed
+from training.runtime import distributed
 
 STATISTICS = ("pre_rms", "neg_frac", "out_rms", "nonlinear")
 # per layer, the sums the statistics are made of: n, sum x, sum x^2, #(x < 0), sum y, y^2, x*y
@@ -65,7 +65,7 @@ def mlp_diagnostics(
 ) -> list[dict[str, float]]:
     """Per layer, the statistics above, over ``batch`` on every rank.
 
-    ``model`` is a :class:`training.parallelize.TrainingModel` (every rank calls this: under
+    ``model`` is a :class:`training.runtime.parallelize.TrainingModel` (every rank calls this: under
     DDP and FSDP2 the forward is a collective, so a rank without a batch runs one of zeros of
     ``batch_shape`` that counts for nothing); compiled blocks run eagerly here, since hooks
     added after compilation are not traced.

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from training import distributed
+from training.runtime import distributed
 
 GROUPS = ("attn", "mlp", "act")
 

@@ -1,9 +1,9 @@
 """What the trainer measures besides the training loss, at the points the loop chooses.
 
 Validation loss on the held-out slice, the activation's per-layer regime
-(``training.diagnostics``) and downstream tasks. Each method is called on every rank (each is a
-collective under DDP and FSDP2) and returns the record rank 0 logs, so the loop keeps one place
-where things are logged and none where they are measured.
+(``training.instruments.diagnostics``) and downstream tasks. Each method is called on every rank
+(each is a collective under DDP and FSDP2) and returns the record rank 0 logs, so the loop keeps one
+place where things are logged and none where they are measured.
 
 The downstream evaluator is handed in (``train.py`` passes ``eval.downstream.during_training``):
 evaluation sits above training (it loads checkpoints and runs models through training's
@@ -20,9 +20,9 @@ from pathlib import Path
 from data import build_validation_loader
 from training.checkpoint.rng import preserved_rng
 from training.config import ExperimentConfig
-from training.diagnostics import diagnostic_scalars, mlp_diagnostics
-from training.distributed import Env
-from training.validation import validation_loss
+from training.instruments.diagnostics import diagnostic_scalars, mlp_diagnostics
+from training.instruments.validation import validation_loss
+from training.runtime.distributed import Env
 
 # (model, tokenizer, tasks, limit, data_dir, task_dir, env, add_bos, batch_size) -> the
 # ``downstream/<task>/<metric>`` record on rank 0, None elsewhere: eval.downstream.during_training

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from training.config import CHOICES, TrainerConfig
-from training.distributed import Env
+from training.runtime.distributed import Env
 
 # the trainer's choices (training/config.py), plus "none": evaluation's unwrapped model
 PARALLELISMS = ("none", *CHOICES["trainer.parallelism"])
