@@ -85,5 +85,10 @@ def test_the_registry_saves_every_part_and_refuses_a_checkpoint_without_one():
     assert periodic.pending == ["validation"]
     with pytest.raises(CheckpointFormatError, match="no state for work"):
         state.load_state_dict({})
+    added = Log()  # an instrument added to a run that has checkpoints starts afresh
+    added.state_dict, added.load_state_dict = (lambda: {"n": 1}), added.lines.append
+    state.register("added", added, required=False)
+    state.load_state_dict(saved)
+    assert added.lines == [] and state.state_dict()["added"] == {"n": 1}
     with pytest.raises(CheckpointFormatError, match="not a measurement"):
         periodic.load_state_dict({"pending": ["unknown"]})

@@ -52,24 +52,31 @@ class TrainerState:
 
     def __init__(self) -> None:
         self.parts: dict[str, Stateful] = {}
+        self.optional: set[str] = set()  # may be missing from a checkpoint: starts afresh
 
-    def register(self, name: str, part: Stateful) -> None:
+    def register(self, name: str, part: Stateful, required: bool = True) -> None:
+        """``required=False`` for a part a resumed run may have gained (an instrument added
+        to a run that has checkpoints): it starts from its initial state instead of the run
+        being refused."""
         if name in self.parts:
             raise ValueError(f"a trainer part named {name!r} is registered already")
         self.parts[name] = part
+        if not required:
+            self.optional.add(name)
 
     def state_dict(self) -> dict[str, Any]:
         return {name: part.state_dict() for name, part in self.parts.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        missing = [name for name in self.parts if name not in state]
+        missing = [name for name in self.parts if name not in state and name not in self.optional]
         if missing:
             raise CheckpointFormatError(
                 f"the checkpoint has no state for {', '.join(missing)} (written by another "
                 "version of this trainer): resume it with that version, or start a new run_dir"
             )
         for name, part in self.parts.items():
-            part.load_state_dict(state[name])
+            if name in state:
+                part.load_state_dict(state[name])
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ class Trainer:
         self.state.register("work", self.work)
         for instrument in instruments:
             if hasattr(instrument, "state_dict"):
-                self.state.register(instrument.name, instrument)
+                self.state.register(instrument.name, instrument, required=False)
         self.preemption = Preemption()
         self.injected_signal = parse_debug_signal(t.debug_signal)  # (signal, step, rank) or None
         self.writer = CheckpointWriter(
