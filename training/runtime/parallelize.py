@@ -12,8 +12,9 @@ reasons):
 3. **DDP or FSDP2** (``fully_shard`` each block, then the root: a block's all-gather overlaps the
    previous block's compute);
 4. the **precision policy**: fp32 master weights; bf16 autocast for compute when ``bf16``, and
-   under FSDP2 the blocks' parameters gathered in bf16 with fp32 gradient reduction, everything
-   else as on one GPU (fp32 residual stream, RoPE tables, embedding and final norm).
+   under FSDP2 the blocks' matrices gathered in bf16 with fp32 gradient reduction, the blocks'
+   norms and activation scalars whole on every rank in fp32 (``apply_fsdp`` says why), and
+   everything else as on one GPU (fp32 residual stream, RoPE tables, embedding, final norm).
 
 The result, a :class:`TrainingModel`, also answers the questions whose answer depends on the
 wrapping (gradient sync during accumulation, the global gradient norm, finite weights, the
