@@ -111,8 +111,9 @@ def test_each_shipped_experiment_survives_sigterm_at_a_measurement_step_and_resu
     assert_each_instrument_once_at_each_of_its_steps(reference, config.schedule.name)
     # bit for bit: the same kernels on the same inputs, whatever the wrapping
     assert losses(tmp_path) == losses(reference)
-    for key in ("val/loss", "downstream/piqa/acc", "diag/pre_rms/layer_00"):
+    for key in ("val/loss", "downstream/local_piqa/acc", "diag/pre_rms/layer_00"):
         resumed = {m["step"]: m[key] for m in metrics(tmp_path) if key in m}
+        assert resumed, key
         assert resumed == {m["step"]: m[key] for m in metrics(reference) if key in m}, key
 
 
