@@ -22,6 +22,9 @@ def pad_vocab(size: int, multiple: int) -> int:
     return -(-size // multiple) * multiple
 
 
+PARAMETRIZATIONS = ("standard", "mup")
+
+
 @dataclass
 class ModelConfig:
     """A Llama decoder whose MLP activation is pluggable.
@@ -55,6 +58,16 @@ class ModelConfig:
         init_reference_dim: the width ``init_std`` is meant for (1536: the paper's 1.1B).
         vocab_multiple: padding multiple for a tokenizer-derived vocabulary (128: a multiple of
             every tensor-core tile size and of 8-way tensor parallel shards).
+        parametrization: ``standard`` (the paper's) or ``mup``, the maximal-update
+            parametrization (Tensor Programs V) with ``mup_base_dim`` the width the
+            hyperparameters were tuned at: hidden matrices start at ``init_std`` times
+            sqrt(base / dim) and train at ``lr`` x base / dim with weight decay x dim / base;
+            the logits are multiplied by base / dim; embeddings, norms, the LM head's weight
+            and the activation's scalars keep their width-independent initialisation and
+            rate. Width grows through ``dim``, the MLP width and the number of heads, at a
+            fixed ``head_dim``, so the attention scale 1/sqrt(head_dim) is already µP's.
+            Identical to ``standard`` at ``dim == mup_base_dim``. The derivation: docs/model.md.
+        mup_base_dim: the base width of ``mup`` (required there).
         loss_chunk_tokens: tokens per chunk of the fused LM-head cross-entropy (``model/loss.py``);
             the loss holds about 6 bytes (eager) or 4 (compiled) per token of a chunk and entry
             of the vocabulary. Every chunk reads the head's weight twice and adds its vocab x dim
@@ -82,6 +95,8 @@ class ModelConfig:
     init_reference_dim: int = 1536
     vocab_multiple: int = 128
     loss_chunk_tokens: int = 1024
+    parametrization: str = "standard"
+    mup_base_dim: int | None = None
 
     def __post_init__(self) -> None:
         # value ranges are checked with every other knob's (training.config.BOUNDS)
@@ -96,6 +111,28 @@ class ModelConfig:
                 f"model.rope_scaling_factor must be positive, got {self.rope_scaling_factor}"
             )
         is_gated(self.activation)  # raises with the list of valid names
+        if self.parametrization not in PARAMETRIZATIONS:
+            raise ValueError(
+                f"model.parametrization={self.parametrization!r} is not one of "
+                f"{', '.join(PARAMETRIZATIONS)}"
+            )
+        if self.parametrization == "mup":
+            if self.mup_base_dim is None or self.mup_base_dim <= 0:
+                raise ValueError(
+                    "model.parametrization=mup needs model.mup_base_dim, the positive width "
+                    f"the hyperparameters were tuned at (got {self.mup_base_dim})"
+                )
+            if self.init_scaling != "fixed":
+                raise ValueError(
+                    "model.parametrization=mup scales the hidden matrices' initialisation with "
+                    f"width itself: model.init_scaling={self.init_scaling!r} would scale it "
+                    "twice; use model.init_scaling=fixed"
+                )
+
+    @property
+    def width_multiplier(self) -> float:
+        """dim / mup_base_dim under µP, 1 under the standard parametrization."""
+        return self.dim / self.mup_base_dim if self.parametrization == "mup" else 1.0
 
     @property
     def head_dim(self) -> int:

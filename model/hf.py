@@ -95,7 +95,9 @@ def to_hf_config(config: ModelConfig, bos_token_id: int | None = None, eos_token
         max_position_embeddings=config.max_seq_len,
         initializer_range=config.effective_init_std,
         rms_norm_eps=config.norm_eps,
-        tie_word_embeddings=config.tie_embeddings,
+        # µP's logit multiplier is folded into the exported head, which then differs from the
+        # embedding: transformers has no multiplier of its own
+        tie_word_embeddings=config.tie_embeddings and config.width_multiplier == 1,
         rope_parameters=_rope_parameters(config),
         attention_bias=False,
         bos_token_id=bos_token_id,
@@ -166,16 +168,19 @@ def to_hf_model(model: Llama, **token_ids):
     # .to(): transformers builds XIELUActivation scalars in bf16 whatever the model dtype
     hf_model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype).to(dtype)
     state = {_hf_key(k, model_type): v for k, v in model.state_dict().items()}
-    if config.tie_embeddings:
+    tied = hf_config.tie_word_embeddings
+    if tied:
         state.pop("lm_head.weight")
+    else:  # µP: logits x base / dim, as a head whose weight is scaled once
+        state["lm_head.weight"] = state["lm_head.weight"] / config.width_multiplier
     missing, unexpected = hf_model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not (config.tie_embeddings and k == "lm_head.weight")]
+    missing = [k for k in missing if not (tied and k == "lm_head.weight")]
     if missing or unexpected:
         raise RuntimeError(
             f"weight names do not line up with {type(hf_model).__name__}: "
             f"missing {missing}, unexpected {unexpected}"
         )
-    if config.tie_embeddings:
+    if tied:
         hf_model.tie_weights()
     return hf_model.eval()
 
@@ -287,6 +292,8 @@ def import_hf(path: str | Path, dtype: torch.dtype = torch.float32) -> Llama:
         config = replace(config, activation_kwargs={**config.activation_kwargs, **stored})
     if config.tie_embeddings:
         state["lm_head.weight"] = state["embed_tokens.weight"]
+    elif config.width_multiplier != 1:  # µP: the export folded the logit multiplier in
+        state["lm_head.weight"] = state["lm_head.weight"] * config.width_multiplier
     model = Llama(config)
     model.load_state_dict(state, strict=True)
     return model.to(dtype)

@@ -49,11 +49,16 @@ class Llama(nn.Module):
     @torch.no_grad()
     def reset_parameters(self) -> None:
         std = self.config.effective_init_std
-        residual_std = std / math.sqrt(2 * self.config.n_layers)
+        # µP: a hidden matrix's variance scales as fan_in_base / fan_in (its fan-in is dim, or
+        # the MLP width, which grows with dim); the embedding and the head do not
+        hidden_std = std / math.sqrt(self.config.width_multiplier)
+        residual_std = hidden_std / math.sqrt(2 * self.config.n_layers)
         for name, module in self.named_modules():
-            if isinstance(module, nn.Linear | nn.Embedding):
+            if isinstance(module, nn.Embedding) or name == "lm_head":
+                nn.init.normal_(module.weight, 0.0, std)
+            elif isinstance(module, nn.Linear):
                 is_residual = name.endswith(("o_proj", "down_proj"))
-                nn.init.normal_(module.weight, 0.0, residual_std if is_residual else std)
+                nn.init.normal_(module.weight, 0.0, residual_std if is_residual else hidden_std)
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
 
@@ -108,6 +113,8 @@ class Llama(nn.Module):
         if cache is not None:
             cache.advance(seq)
         x = self.norm(x)
+        if self.config.width_multiplier != 1:  # µP's readout: logits x base / dim
+            x = x * (1.0 / self.config.width_multiplier)
         if targets is None:
             return self.lm_head(x)
         if per_token:

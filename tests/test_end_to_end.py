@@ -68,29 +68,35 @@ def assert_profiled(run_dir) -> None:
     assert len(traces) >= 2, traces  # one Chrome trace per rank
 
 
+# the shipped experiments, and the cluster preset under µP (width 32 over a base of 16)
+CASES = {name: (name, ()) for name in EXPERIMENTS}
+CASES["paper_1b-mup"] = ("paper_1b", ("model.parametrization=mup", "model.mup_base_dim=16"))
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """Each experiment's uninterrupted run, launched once for every check that compares."""
+    """Each case's uninterrupted run, launched once for every check that compares."""
     done = {}
 
-    def get(experiment: str):
-        if experiment not in done:
-            run_dir = tmp_path_factory.mktemp(f"{experiment}-uninterrupted")
-            code, output = run(
-                shrunk(experiment, run_dir) + instruments(), torchrun=2, timeout=TIMEOUT
-            )
+    def get(case: str):
+        if case not in done:
+            experiment, extra = CASES[case]
+            run_dir = tmp_path_factory.mktemp(f"{case}-uninterrupted")
+            overrides = [*shrunk(experiment, run_dir), *instruments(), *extra]
+            code, output = run(overrides, torchrun=2, timeout=TIMEOUT)
             assert code == 0, output[-4000:]
-            done[experiment] = run_dir
-        return done[experiment]
+            done[case] = run_dir
+        return done[case]
 
     return get
 
 
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
+@pytest.mark.parametrize("case", CASES)
 def test_each_shipped_experiment_survives_sigterm_at_a_measurement_step_and_resumes_exactly(
-    experiment, uninterrupted, tmp_path
+    case, uninterrupted, tmp_path
 ):
-    overrides = shrunk(experiment, tmp_path) + instruments()
+    experiment, extra = CASES[case]
+    overrides = [*shrunk(experiment, tmp_path), *instruments(), *extra]
     config, _ = compose(overrides)
     code, output = run(
         [*overrides, f"trainer.debug_signal=SIGTERM@{STOP}"], torchrun=2, timeout=TIMEOUT
@@ -107,7 +113,7 @@ def test_each_shipped_experiment_survives_sigterm_at_a_measurement_step_and_resu
     assert_each_instrument_once_at_each_of_its_steps(tmp_path, config.schedule.name)
     assert_alphas_logged_in_fp32(tmp_path)
     assert_profiled(tmp_path)
-    reference = uninterrupted(experiment)
+    reference = uninterrupted(case)
     assert_each_instrument_once_at_each_of_its_steps(reference, config.schedule.name)
     # bit for bit: the same kernels on the same inputs, whatever the wrapping
     assert losses(tmp_path) == losses(reference)

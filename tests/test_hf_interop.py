@@ -190,3 +190,38 @@ def test_import_refuses_rope_scaling_and_gqa(tmp_path):
     config_file.write_text(json.dumps(config))
     with pytest.raises(ValueError, match="grouped-query"):
         import_hf(tmp_path)
+
+
+# µP (model.parametrization=mup): the logit multiplier base / dim is folded into the exported
+# head; a tied model is exported untied. Widths 4x and 2x the base: exact powers of two, so
+# the fold and its inverse on import are exact.
+MUP = [
+    ("swiglu", {"parametrization": "mup", "mup_base_dim": 16}, "LlamaForCausalLM"),
+    (
+        "relu2",
+        {"parametrization": "mup", "mup_base_dim": 32, "tie_embeddings": False},
+        "ArceeForCausalLM",
+    ),
+]
+
+
+@pytest.mark.parametrize("activation,overrides,hf_class", MUP)
+def test_a_mup_model_exports_with_its_logit_multiplier_folded_in(
+    tmp_path, activation, overrides, hf_class
+):
+    model = random_model(activation, **overrides)
+    assert model.config.width_multiplier in (2.0, 4.0)
+    export_hf(model, tmp_path)
+    hf = load_hf(tmp_path)
+    assert type(hf).__name__ == hf_class and not hf.config.tie_word_embeddings
+    tokens = torch.randint(0, VOCAB, (2, 50))
+    with torch.no_grad():
+        ours = model(tokens)
+        torch.testing.assert_close(hf(tokens).logits, ours, rtol=1e-5, atol=1e-5)
+        # the multiplier is applied: the bare head would give logits m times larger
+        unscaled = model.lm_head(model.norm(model.embed_tokens(tokens)))
+        assert not torch.allclose(ours, unscaled)
+    back = import_hf(tmp_path)
+    assert back.config == model.config
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(back.state_dict()[name], tensor), name

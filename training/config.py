@@ -75,6 +75,8 @@ class ScheduleConfig:
 DEFAULT_AXES = (
     "model.activation",
     "model.init_scaling",
+    "model.parametrization",
+    "model.mup_base_dim",
     "optim.lr",
     "optim.scalar_lr_multiplier",
     "trainer.seed",

@@ -10,7 +10,9 @@ from training.config import OptimConfig
 
 def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
     """Decayed parameters (matrices, and whatever the config opts in), not decayed ones, and,
-    when the model has any, the activation scalars in a group of their own.
+    when the model has any, the activation scalars in a group of their own; under µP
+    (``model.parametrization=mup``) the hidden matrices in a first group of their own, at
+    ``lr`` / m with weight decay x m (m = dim / mup_base_dim).
 
     Roles: activation scalars (the ones each layer's activation declares, see
     ``Llama.activation_scalar_parameters``) decay only with ``decay_activation_scalars`` and
@@ -22,7 +24,8 @@ def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
     train); parameters keep their order within each group.
     """
     activation_scalars = {id(p) for p in model.activation_scalar_parameters()}
-    decay, no_decay, scalars = [], [], []
+    mup = model.config.parametrization == "mup"
+    decay, no_decay, scalars, hidden = [], [], [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
@@ -31,6 +34,9 @@ def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
             continue
         if "embed_tokens" in name or param.ndim < 2:
             wants_decay = config.decay_norms_and_embeddings
+        elif mup and not name.startswith("lm_head"):
+            hidden.append(param)  # a matrix whose both dimensions grow with width
+            continue
         else:
             wants_decay = True
         (decay if wants_decay else no_decay).append(param)
@@ -38,6 +44,16 @@ def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
         {"params": decay, "weight_decay": config.weight_decay, "lr_multiplier": 1.0},
         {"params": no_decay, "weight_decay": 0.0, "lr_multiplier": 1.0},
     ]
+    if mup:
+        # µP for Adam: a hidden matrix's update must shrink as 1/width to keep its effect on
+        # the next layer's input width-independent; decoupled weight decay multiplies by lr, so
+        # it grows by the same factor and lr x wd, the decay per step, stays what it was tuned
+        m = model.config.width_multiplier
+        groups.insert(
+            0, {"params": hidden, "weight_decay": config.weight_decay * m, "lr_multiplier": 1 / m}
+        )
+    if mup:
+        groups = [group for group in groups if group["params"]]  # a tied head: no decay group
     if scalars:
         groups.append(
             {
