@@ -49,10 +49,12 @@ def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
         # the next layer's input width-independent; decoupled weight decay multiplies by lr, so
         # it grows by the same factor and lr x wd, the decay per step, stays what it was tuned
         m = model.config.width_multiplier
-        groups.insert(
-            0, {"params": hidden, "weight_decay": config.weight_decay * m, "lr_multiplier": 1 / m}
-        )
-    if mup:
+        hidden_group = {
+            "params": hidden,
+            "weight_decay": config.weight_decay * m,
+            "lr_multiplier": 1 / m,
+        }
+        groups = [hidden_group, *groups]
         groups = [group for group in groups if group["params"]]  # a tied head: no decay group
     if scalars:
         groups.append(
