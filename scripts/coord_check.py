@@ -30,7 +30,6 @@ move by Θ(1) once trained. ``tests/test_coord_check.py`` asserts these slopes.
 from __future__ import annotations
 
 import argparse
-import math
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from pathlib import Path
 import torch
 
 from data import DataConfig, TokenizerConfig, build_loader, load_tokenizer
+from eval.comparison import power_law_fit
 from model import Llama
 from model.presets import load_preset
 from scripts.common import markdown, write_csv
@@ -183,9 +183,7 @@ def kind(quantity: str) -> str:
 
 def slope(widths: list[float], values: list[float]) -> float:
     """Least-squares slope of log(value) against log(width): the exponent of a power law."""
-    xs, ys = [math.log(w) for w in widths], [math.log(max(v, 1e-30)) for v in values]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return -power_law_fit(widths, [max(v, 1e-30) for v in values])[1]
 
 
 def slopes(rows: list[dict], step: int, measure: str) -> dict[tuple[str, str, str], float]:
