@@ -66,14 +66,17 @@ class Setup:
     seed: int = 0
 
 
+def shape(dim: int) -> dict[str, int]:
+    """The width study's model at ``dim``: heads of a fixed ``HEAD_DIM`` (so the attention's
+    1/sqrt(head_dim) is already µP's), the gated MLP 4 x dim (the plain one 1.5 x that)."""
+    return {"dim": dim, "n_heads": dim // HEAD_DIM, "gated_hidden": 4 * dim}
+
+
 def model_for(setup: Setup, parametrization: str, dim: int, vocab_size: int) -> Llama:
-    """The tiny preset at ``dim``, its shape scaled as the width study scales it: heads of a
-    fixed ``HEAD_DIM``, the gated MLP 4 x dim (the plain one 1.5 x that)."""
+    """The tiny preset at ``dim``, shaped as the width study shapes it (:func:`shape`)."""
     config = load_preset(
         "tiny",
-        dim=dim,
-        n_heads=dim // HEAD_DIM,
-        gated_hidden=4 * dim,
+        **shape(dim),
         n_layers=setup.n_layers,
         activation=setup.activation,
         init_std=setup.init_std,

@@ -34,7 +34,7 @@ from training.schedule import stable_phase_end
 class Run:
     path: Path
     activation: str
-    init: str
+    init: str  # model.init_scaling, or "mup" under model.parametrization=mup
     width: int
     lr: float
     seed: int
@@ -43,6 +43,7 @@ class Run:
     val: dict[int, float]  # step -> validation loss
     steps: int
     stable_end: int | None
+    diverged: bool = False  # a training loss that is not finite: the run stopped there
     diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @property
@@ -63,7 +64,7 @@ def read_run(path: str | Path) -> Run:
     return Run(
         path=Path(path),
         activation=model.activation,
-        init=model.init_scaling,
+        init="mup" if model.parametrization == "mup" else model.init_scaling,
         width=model.dim,
         lr=config.optim.lr,
         seed=config.trainer.seed,
@@ -72,6 +73,7 @@ def read_run(path: str | Path) -> Run:
         val={r["step"]: r["val/loss"] for r in records if "val/loss" in r},
         steps=config.trainer.steps,
         stable_end=stable_end,
+        diverged=any("loss" in r and not math.isfinite(r["loss"]) for r in records),
         diagnostics={
             r["step"]: {k: v for k, v in r.items() if k.startswith("diag/")}
             for r in records
@@ -190,6 +192,11 @@ def seeds_sweep(rows: list[dict], experiment: str, seeds: list[int]) -> str:
         "grids:",
     ]
     for r in rows:
+        if r["init_scaling"] == "mup":
+            raise ValueError(
+                "a µP study takes its rates from the base width: "
+                "python -m scripts.width_report --ladder-sweep writes its second stage"
+            )
         lines += [
             f"  - overrides: [experiment={experiment}, model.init_scaling={r['init_scaling']},",
             f"                activation={r['activation']}, optim.lr={r['best_lr']:g}]",

@@ -1,0 +1,126 @@
+"""The width study's report (``scripts/width_report.py``) on synthetic run directories: which
+rate is best where, the ladder's second stage, and its statistics against closed forms."""
+
+import csv
+import json
+import math
+import statistics
+
+import pytest
+import yaml
+
+from scripts import width_report
+from train_helpers import compose
+from training.sweeps import expand
+
+T975_2 = 4.302652729911275  # Student's t 0.975 quantile, 2 degrees of freedom (tables)
+
+
+def _run(root, activation, parametrization, dim, lr, seed, final, diverged=False):
+    """A run directory as the trainer leaves it: config.yaml and metrics.jsonl."""
+    run = root / f"width-{activation}_{parametrization}_dim-{dim}_lr-{lr}_seed-{seed}"
+    run.mkdir()
+    config = {
+        "name": "width",
+        "model": {
+            "dim": dim,
+            "n_heads": dim // 32,
+            "gated_hidden": 4 * dim,
+            "activation": activation,
+            "parametrization": parametrization,
+            "mup_base_dim": 64,
+        },
+        "data": {"tokenizer": {"name": "bytes"}, "seq_len": 16},
+        "optim": {"lr": lr},
+        "schedule": {"decay_steps": 2, "warmup_steps": 1},
+        "trainer": {"steps": 10, "global_batch": 4, "micro_batch": 4, "seed": seed},
+    }
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    if diverged:
+        records = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": math.nan}]
+    elif final is None:  # still running
+        records = [{"step": 1, "loss": 3.0}]
+    else:
+        records = [{"step": s, "val/loss": final + (10 - s) * 0.1} for s in (5, 10)]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return run
+
+
+def test_rates_best_per_width_and_their_shift_from_the_base(tmp_path):
+    runs = []
+    # standard: the best rate halves at each doubling of width; µP: it stays at 4e-3
+    best = {("standard", 64): 4e-3, ("standard", 128): 2e-3, ("mup", 64): 4e-3, ("mup", 128): 4e-3}
+    for (param, dim), winner in best.items():
+        for lr in (2e-3, 4e-3, 8e-3):
+            runs.append(_run(tmp_path, "xielu", param, dim, lr, 0, 2.0 if lr == winner else 2.1))
+    runs.append(_run(tmp_path, "xielu", "mup", 128, 1.6e-2, 0, None, diverged=True))
+    runs.append(_run(tmp_path, "xielu", "mup", 128, 3.2e-2, 0, None))  # still running
+    rows = width_report.rate_rows([width_report.read_run(r) for r in runs], 0, base=64)
+    got = {(r["parametrization"], r["width"]): r for r in rows}
+    assert got[("standard", 128)]["best_lr"] == 2e-3
+    assert got[("standard", 128)]["shift_from_base"] == pytest.approx(0.5)
+    assert got[("mup", 128)]["shift_from_base"] == pytest.approx(1.0)
+    assert got[("mup", 128)]["losses"][1.6e-2] == math.inf  # diverged: the worst there is
+    assert 3.2e-2 not in got[("mup", 128)]["losses"]  # no verdict on a run without an end
+    table = "\n".join(width_report.rate_table(rows))
+    assert "| mup | xielu | 128 | 2.100 | **2.000** | 2.100 | diverged | 0.004 | x1 |" in table
+
+
+def test_the_ladder_sweep_carries_the_base_widths_rates_to_every_width(tmp_path):
+    runs = [
+        _run(tmp_path, act, "mup", 64, lr, 0, {"relu2": 2.0, "xielu": 2.1}[act] + (lr != win))
+        for act, win in (("relu2", 4e-3), ("xielu", 8e-3))
+        for lr in (4e-3, 8e-3)
+    ]
+    # a wider run's better rate must not count: the ladder takes the base width's
+    runs.append(_run(tmp_path, "relu2", "mup", 128, 1.6e-2, 0, 1.0))
+    rates = width_report.base_rates([width_report.read_run(r) for r in runs], 0, base=64)
+    assert rates == {"relu2": 4e-3, "xielu": 8e-3}
+    jobs = expand(yaml.safe_load(width_report.ladder_sweep(rates, [32, 128], [1, 2, 3])))
+    assert len(jobs) == 2 * 2 * 3
+    configs = [compose(job)[0] for job in jobs]
+    assert {(c.model.dim, c.model.n_heads, c.model.gated_hidden) for c in configs} == {
+        (32, 1, 128),
+        (128, 4, 512),
+    }
+    assert all(c.model.parametrization == "mup" and c.model.mup_base_dim == 64 for c in configs)
+    assert {(c.model.activation, c.optim.lr) for c in configs} == set(rates.items())
+    assert len({c.trainer.run_dir for c in configs}) == len(jobs)  # each its own directory
+
+
+def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path):
+    rates = {"relu2": 4e-3, "xielu": 8e-3}
+    relu2 = {1: 2.40, 2: 2.44, 3: 2.42}
+    gap = {1: -0.03, 2: -0.04, 3: -0.035}
+    runs = []
+    for dim in (32, 64, 128):
+        scale = (dim / 32) ** -0.1  # losses an exact power law of width
+        for seed in (0, 1, 2, 3):
+            loss = relu2.get(seed, 9.0) * scale  # seed 0 is the selection seed: left out
+            runs.append(_run(tmp_path, "relu2", "mup", dim, 4e-3, seed, loss))
+            runs.append(_run(tmp_path, "xielu", "mup", dim, 8e-3, seed, loss + gap.get(seed, 0)))
+        runs.append(_run(tmp_path, "xielu", "mup", dim, 4e-3, 1, 0.5))  # not its rate
+    out = tmp_path / "report"
+    assert width_report.main([*map(str, runs), "--out", str(out)]) == 0
+    rows = {
+        (r["activation"], int(r["width"])): r for r in csv.DictReader((out / "ladder.csv").open())
+    }
+    row = rows[("xielu", 64)]
+    diffs = list(gap.values())
+    half = T975_2 * statistics.stdev(diffs) / math.sqrt(3)
+    assert int(row["seeds"]) == 3
+    assert float(row["diff"]) == pytest.approx(statistics.fmean(diffs))
+    assert float(row["diff_high"]) == pytest.approx(statistics.fmean(diffs) + half)
+    assert row["verdict"] == "better"
+    ladder = [
+        r
+        for r in width_report.ladder_rows(
+            [width_report.read_run(p) for p in runs], rates, 0, "relu2"
+        )
+        if r["activation"] == "relu2"
+    ]
+    _, b = width_report.fits(ladder)["relu2"]
+    # params grow as about dim^2, loss as dim^-0.1: b close to 0.05 (the embedding is excluded)
+    assert 0.04 < b < 0.06
+    assert (out / "ladder.png").stat().st_size > 10_000
+    assert (out / "learning_rates.png").stat().st_size > 10_000
