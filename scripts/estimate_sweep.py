@@ -15,23 +15,18 @@ from __future__ import annotations
 
 import argparse
 
-from hydra import compose, initialize_config_dir
-
 from data import load_tokenizer
 from model import count_parameters, training_flops_per_token
 from scripts.common import markdown
-from training.config import register_configs, to_experiment
 from training.instruments.metrics import PEAK_BF16_FLOPS
-from training.sweeps import SWEEPS, expand, load_sweep
+from training.sweeps import expand, load_sweep, resolve
 
 MEASURED_MFU = 0.306  # paper_1b on one H100, docs/performance.md
 
 
 def job_cost(overrides: list[str]) -> dict:
     """Parameters, tokens and training FLOPs of one job."""
-    with initialize_config_dir(str(SWEEPS.parent), version_base=None):
-        cfg = compose("train", [o for o in overrides if not o.startswith("hydra")])
-    config = to_experiment(cfg)
+    config = resolve(overrides)
     model = config.model.with_vocab_from_tokenizer(load_tokenizer(config.data.tokenizer).vocab_size)
     params = count_parameters(model).total
     tokens = config.trainer.steps * config.trainer.global_batch * config.data.seq_len
@@ -57,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
         "--peak", type=float, default=PEAK_BF16_FLOPS["H100"], help="FLOP/s per GPU"
     )
     args = parser.parse_intermixed_args(argv)
-    register_configs()
     rate = args.mfu * args.peak
     extra = list(args.overrides)
     if not any(o.startswith("data.paths=") for o in extra):

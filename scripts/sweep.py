@@ -5,6 +5,7 @@
     python -m scripts.sweep main data.paths='[/scratch/fw/*.parquet]'
     python -m scripts.sweep mini_ablation --launcher basic   # here, one after another
     python -m scripts.sweep study_lr --launcher basic --parallel 2   # here, two at a time
+    python -m scripts.sweep width_ladder --launcher basic --stop-after 9   # in slices: rerun it
 
 Each grid of the sweep file becomes one ``python train.py -m ...`` call; its ``sweep`` lists
 become Hydra's comma-separated sweep values, extra arguments are appended to every job. Under
@@ -13,32 +14,61 @@ from SLURM's variables (``training/runtime/distributed.py``). The ``basic`` laun
 every job as its own ``python train.py ...`` process, one after another under a progress bar over
 the runs. Either way each grid point trains in a directory of its own, named by the keys the sweep
 varies (``training/sweeps.py``), so the two launchers' runs land in the same places.
+
+A sweep file with ``tuned_by: OTHER`` (a µP width ladder) takes ``optim.lr`` per activation from
+the finished runs of the sweep OTHER at the base width (``scripts/tuned_rates.py``), and stops
+before launching anything while those are missing. The basic launcher skips a job whose run
+already holds its final checkpoint, and ``--stop-after MINUTES`` ends the sweep in a time slice:
+the running jobs checkpoint and stop (SIGTERM, the trainer's preemption path), and the same
+command run again resumes them where they stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
 
 from tqdm import tqdm
 
-from training.sweeps import ROOT, commands, expand, load_sweep
+from scripts.tuned_rates import tuned_rates, with_tuned_rates
+from training.checkpoint.layout import checkpoint_root, step_dir_name
+from training.sweeps import ROOT, commands, expand, load_sweep, resolve
 
 
-def run_locally(name: str, jobs: list[list[str]], parallel: int = 1) -> int:
+def finished(job: list[str]) -> bool:
+    """Whether the job's run directory holds the checkpoint of its last step."""
+    config = resolve(job)
+    final = checkpoint_root(ROOT / config.trainer.run_dir) / step_dir_name(config.trainer.steps)
+    return final.is_dir()
+
+
+def run_locally(
+    name: str, jobs: list[list[str]], parallel: int = 1, stop_after_min: float | None = None
+) -> int:
     """Each job as its own ``train.py`` process, ``parallel`` at a time (each with
     ``cores // parallel`` threads), in order, under a bar over the runs; a failure stops
     launching new jobs (the running ones finish) and the sweep returns 1. Each job's output
-    goes to ``<run_dir>.log`` when ``parallel > 1`` (interleaved lines would be unreadable)."""
+    goes to ``<run_dir>.log`` when ``parallel > 1`` (interleaved lines would be unreadable).
+    Jobs already finished are skipped; after ``stop_after_min`` minutes the running jobs are
+    sent SIGTERM (they checkpoint and exit 75) and nothing new starts."""
     started = time.perf_counter()
     threads = max(1, (os.cpu_count() or 1) // parallel)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     bar = tqdm(total=len(jobs), desc=f"sweep {name}", unit="run", file=sys.stderr)
-    pending, running, failed = list(jobs), [], []
+    pending = [job for job in jobs if not finished(job)]
+    bar.update(len(jobs) - len(pending))
+    running, failed, stopped = [], [], []
     while pending or running:
+        if stop_after_min is not None and time.perf_counter() - started > 60 * stop_after_min:
+            for proc, job, _ in running:
+                proc.send_signal(signal.SIGTERM)
+                stopped.append(job)
+            pending.clear()
+            stop_after_min = None  # signalled once; now wait for their checkpoints
         while pending and len(running) < parallel and not failed:
             job = pending.pop(0)
             bar.clear()  # the run's own output starts on a clean line
@@ -60,6 +90,10 @@ def run_locally(name: str, jobs: list[list[str]], parallel: int = 1) -> int:
             running.remove(entry)
             if out is not None:
                 out.close()
+            if proc.returncode and job in stopped:
+                # checkpointed at the time limit (exit 75), or signalled before its handler
+                # was installed: either way the next slice resumes or restarts it
+                continue
             if proc.returncode:
                 failed.append(job)
             else:
@@ -67,6 +101,9 @@ def run_locally(name: str, jobs: list[list[str]], parallel: int = 1) -> int:
     bar.close()
     minutes = (time.perf_counter() - started) / 60
     done = f"{bar.n}/{len(jobs)} runs finished in {minutes:.1f} min"
+    if bar.n < len(jobs) and not failed:
+        print(f"sweep {name}: {done}; stopped at the time limit: run the same command again")
+        return 0
     if failed:
         print(f"sweep {name}: {done}; failed: " + "; ".join(" ".join(j) for j in failed))
         return 1
@@ -87,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument(
+        "--stop-after",
+        type=float,
+        metavar="MINUTES",
+        help="basic launcher: checkpoint and stop the running jobs after this long (rerun resumes)",
+    )
+    parser.add_argument(
         "--parallel",
         type=int,
         default=1,
@@ -94,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_intermixed_args(argv)  # overrides may follow --launcher
     sweep = load_sweep(args.sweep)
+    if "tuned_by" in sweep:
+        sweep = with_tuned_rates(sweep, tuned_rates(sweep, args.overrides))
     jobs = expand(sweep, args.overrides)
     if args.launcher == "basic":
         if args.dry_run:
@@ -101,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             for job in jobs:
                 print("$ train.py " + " ".join(job))
             return 0
-        return run_locally(args.sweep, jobs, args.parallel)
+        return run_locally(args.sweep, jobs, args.parallel, args.stop_after)
     cmds = commands(sweep, args.launcher, args.overrides)
     if args.dry_run:
         print(f"{len(jobs)} jobs in {len(cmds)} multirun call(s):")

@@ -1,7 +1,6 @@
 """The width study's report: does the best learning rate move with width, and does an
 activation's gap to the baseline shrink, hold or grow along a µP width ladder?
 
-    python -m scripts.width_report runs/width-* --ladder-sweep configs/sweep/width_ladder.yaml
     python -m scripts.width_report runs/width-* --out docs/width   # tables, CSV, figures
 
 Two stages, as in ``scripts.study_report``, so that no reported number is one a rate was picked
@@ -10,11 +9,12 @@ on (``configs/experiment/width.yaml``):
 1. **Rates** (``configs/sweep/width_lr.yaml``, the selection seed 0): final validation loss
    against ``optim.lr`` per parametrization, activation and width. Under µP the best rate at
    every width should be the base width's (within the grid's factor of 2); under the standard
-   parametrization it moves. ``--ladder-sweep`` writes the second stage: every activation at the
-   rate it did best with *at the base width* under µP, at every ladder width and seed.
-2. **Ladder** (µP, the other seeds): final loss per activation and width, a power law
-   ``loss = a N^-b`` per activation over non-embedding parameters N, and each activation's gap
-   to the baseline at each width, paired by seed, with Student's 95% interval.
+   parametrization it moves.
+2. **Ladder** (``configs/sweep/width_ladder.yaml``: µP, the other seeds, each activation at the
+   rate it did best with *at the base width*, ``scripts/tuned_rates.py``): final loss per
+   activation and width, a power law ``loss = a N^-b`` per activation over non-embedding
+   parameters N, and each activation's gap to the baseline at each width, paired by seed, with
+   Student's 95% interval.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from eval.comparison import paired_difference, power_law_fit, spread
 from scripts.common import markdown, write_csv
-from scripts.coord_check import shape
 from scripts.figures import pyplot, save
 from scripts.study_report import Run, read_run
+from scripts.tuned_rates import best_rates
 
 
 def _rates(runs: list[Run], selection_seed: int) -> dict[tuple[str, str, int], dict[float, float]]:
@@ -94,36 +94,6 @@ def rate_table(rows: list[dict]) -> list[str]:
             ]
         )
     return markdown(header, body)
-
-
-def base_rates(runs: list[Run], selection_seed: int, base: int) -> dict[str, float]:
-    """activation -> the rate with the lowest final loss under µP at the base width."""
-    out = {}
-    for (init, activation, width), losses in _rates(runs, selection_seed).items():
-        if init == "mup" and width == base:
-            out[activation] = min(losses, key=losses.get)
-    return out
-
-
-def ladder_sweep(rates: dict[str, float], widths: list[int], seeds: list[int]) -> str:
-    """The second stage: every activation at its base-width rate, at every width and seed."""
-    lines = [
-        "# Written by python -m scripts.width_report --ladder-sweep: the width ladder under µP,",
-        "# each activation at the rate it did best with at the base width on the selection seed",
-        "# (configs/sweep/width_lr.yaml), trained at every width on other seeds.",
-        "#   python -m scripts.sweep width_ladder --launcher basic --parallel 2",
-        "grids:",
-    ]
-    for width in widths:
-        dims = ", ".join(f"model.{k}={v}" for k, v in shape(width).items())
-        for activation, lr in sorted(rates.items()):
-            lines += [
-                f"  - overrides: [experiment=width, {dims},",
-                f"                model.parametrization=mup, activation={activation}, "
-                f"optim.lr={lr:g}]",
-                f"    sweep: {{trainer.seed: [{', '.join(map(str, seeds))}]}}",
-            ]
-    return "\n".join([*lines, "launcher: {}", ""])
 
 
 def ladder_rows(
@@ -308,16 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=int, default=64, help="µP's base width (model.mup_base_dim)")
     parser.add_argument("--baseline", default="relu2")
     parser.add_argument("--selection-seed", type=int, default=0)
-    parser.add_argument("--ladder-sweep", type=Path, help="write the ladder's sweep file here")
-    parser.add_argument("--widths", type=int, nargs="+", default=[32, 64, 128, 256])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--out", type=Path, help="directory for width.md, CSVs and figures")
     args = parser.parse_args(argv)
     runs = [read_run(p) for p in args.runs if (Path(p) / "metrics.jsonl").is_file()]
     if not runs:
         raise SystemExit("no run directory with metrics.jsonl among the arguments")
     rows = rate_rows(runs, args.selection_seed, args.base)
-    rates = base_rates(runs, args.selection_seed, args.base)
+    rates = best_rates(runs, args.base, args.selection_seed)
     ladder = ladder_rows(runs, rates, args.selection_seed, args.baseline)
     power_laws = fits(ladder)
     lines = ["## Rates (seed 0)", *rate_table(rows)]
@@ -325,11 +292,6 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", "## Ladder (µP)", *ladder_table(ladder, args.baseline)]
         lines += ["", "## Power laws", *fit_table(power_laws)]
     print("\n".join(lines))
-    if args.ladder_sweep:
-        if not rates:
-            raise SystemExit(f"no µP run at the base width {args.base}: no rates to carry over")
-        args.ladder_sweep.write_text(ladder_sweep(rates, args.widths, args.seeds))
-        print(f"wrote {args.ladder_sweep}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "width.md").write_text("\n".join(lines) + "\n")

@@ -1,0 +1,104 @@
+"""A ladder's learning rates, taken from the runs of its tuning sweep at the base width.
+
+Under µP (``model.parametrization=mup``) the rate tuned at the base width holds at every width,
+so a width ladder is two sweeps: a tuning sweep at the base (each activation at several rates,
+the selection seed) and the ladder (each activation at its best rate, every width, the other
+seeds). The ladder's sweep file names the first:
+
+    tuned_by: ladder_h100_tune   # optim.lr per activation: that sweep's best at the base width
+
+and ``scripts.sweep`` fills in ``optim.lr`` per activation from that sweep's finished runs before
+it launches anything (:func:`with_tuned_rates`). A tuning run still missing stops the ladder with
+the list of what is missing and the command that runs it: a rate picked from half a grid would
+be a silent guess. A diverged tuning run counts as the worst rate, not as missing.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from scripts.study_report import Run, read_run
+from training.sweeps import ROOT, expand, load_sweep, resolve
+
+
+def best_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[str, float]:
+    """activation -> the rate with the lowest final validation loss among ``runs`` under µP
+    at width ``base`` on the selection seed (a diverged run loses to every finished one)."""
+    candidates: dict[str, list[tuple[float, float]]] = {}
+    for r in runs:
+        ended = r.final is not None or r.diverged
+        if r.init == "mup" and r.width == base and r.seed == selection_seed and ended:
+            loss = r.final if r.final is not None and not r.diverged else float("inf")
+            candidates.setdefault(r.activation, []).append((loss, r.lr))
+    return {activation: min(points)[1] for activation, points in candidates.items()}
+
+
+def tuned_rates(sweep: dict, extra: list[str] = ()) -> dict[str, float]:
+    """activation -> rate for a ladder sweep with ``tuned_by``; SystemExit naming the tuning
+    runs that have not finished."""
+    tune_name = sweep["tuned_by"]
+    ladder = [resolve(job) for job in expand(sweep, extra)]
+    bases = {c.model.mup_base_dim for c in ladder}
+    if any(c.model.parametrization != "mup" for c in ladder) or len(bases) != 1:
+        raise SystemExit(
+            f"tuned_by: {tune_name}: a ladder carries rates across widths under "
+            "model.parametrization=mup with one model.mup_base_dim"
+        )
+    (base,) = bases
+    wanted = {c.model.activation for c in ladder}
+    runs, missing = [], []
+    for job in expand(load_sweep(tune_name), extra):
+        config = resolve(job)
+        at_base = config.model.parametrization == "mup" and config.model.dim == base
+        if config.model.activation not in wanted or not at_base:
+            continue
+        run = _finished(ROOT / config.trainer.run_dir)
+        if run is None:
+            missing.append(config.trainer.run_dir)
+        else:
+            runs.append(run)
+    if missing:
+        shown = "\n  ".join(missing[:8]) + ("\n  ..." if len(missing) > 8 else "")
+        raise SystemExit(
+            f"the ladder takes its rates from the sweep {tune_name!r} at the base width {base}, "
+            f"and {len(missing)} of its runs have not finished:\n  {shown}\n"
+            f"run them first: python -m scripts.sweep {tune_name} " + " ".join(extra)
+        )
+    rates = best_rates(runs, base)
+    absent = sorted(wanted - set(rates))
+    if absent:
+        raise SystemExit(f"the sweep {tune_name!r} tunes no rate for {', '.join(absent)}")
+    return rates
+
+
+def _finished(run_dir: Path) -> Run | None:
+    if not (run_dir / "metrics.jsonl").is_file():
+        return None
+    run = read_run(run_dir)
+    return run if run.final is not None or run.diverged else None
+
+
+def with_tuned_rates(sweep: dict, rates: dict[str, float]) -> dict:
+    """The sweep with each grid split by activation and ``optim.lr`` set to its rate; a grid
+    that fixes its activation in ``overrides`` gets that activation's rate."""
+    out = copy.deepcopy(sweep)
+    out["grids"] = []
+    for grid in sweep["grids"]:
+        fixed = dict(o.split("=", 1) for o in grid["overrides"])
+        activations = grid["sweep"].get("activation", [fixed.get("activation")])
+        for activation in activations:
+            if activation not in rates:
+                raise SystemExit(f"no tuned rate for activation={activation}")
+            split = copy.deepcopy(grid)
+            split["sweep"] = {k: v for k, v in grid["sweep"].items() if k != "activation"}
+            overrides = [
+                o for o in grid["overrides"] if not o.startswith(("activation=", "optim.lr="))
+            ]
+            split["overrides"] = [
+                *overrides,
+                f"activation={activation}",
+                f"optim.lr={rates[activation]:g}",
+            ]
+            out["grids"].append(split)
+    return out

@@ -1,0 +1,150 @@
+"""A µP ladder's rates come from its tuning sweep's runs at the base width, and the basic
+launcher runs a sweep in time slices (``scripts/tuned_rates.py``, ``scripts/sweep.py``)."""
+
+import json
+import signal
+import textwrap
+
+import pytest
+import yaml
+
+from scripts import sweep as sweep_script
+from scripts import tuned_rates
+from training.checkpoint.layout import checkpoint_root, step_dir_name
+from training.sweeps import expand, load_sweep, resolve
+
+# the rate each activation's fake tuning runs make best (one per activation, all different)
+BEST = {"relu2": 3e-3, "swiglu": 6e-3, "xielu": 1.2e-2, "xiprelu": 1.5e-3}
+
+
+def _write_run(run_dir, config, final=None, diverged=False):
+    """What a tuning run leaves: its config and, when it ended, its metrics."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": config.name,
+                "model": {
+                    "dim": config.model.dim,
+                    "n_heads": config.model.n_heads,
+                    "gated_hidden": config.model.gated_hidden,
+                    "activation": config.model.activation,
+                    "parametrization": config.model.parametrization,
+                    "mup_base_dim": config.model.mup_base_dim,
+                },
+                "data": {"tokenizer": {"name": "bytes"}},
+                "optim": {"lr": config.optim.lr},
+                "trainer": {"steps": config.trainer.steps, "seed": config.trainer.seed},
+            }
+        )
+    )
+    if diverged:
+        records = [{"step": 1, "loss": float("nan")}]
+    else:
+        records = [{"step": config.trainer.steps, "val/loss": final}]
+    (run_dir / "metrics.jsonl").write_text("\n".join(map(json.dumps, records)) + "\n")
+
+
+def _tune(tmp_path, monkeypatch, skip=None):
+    """Fake finished runs for width_lr's µP jobs at the base width (all but ``skip``)."""
+    monkeypatch.setattr(tuned_rates, "ROOT", tmp_path)
+    for job in expand(load_sweep("width_lr")):
+        config = resolve(job)
+        if config.model.parametrization != "mup" or config.model.dim != 64:
+            continue
+        lr, activation = config.optim.lr, config.model.activation
+        if (activation, lr) == skip:
+            continue
+        loss = 2.0 + abs(lr - BEST[activation]) * 10
+        _write_run(tmp_path / config.trainer.run_dir, config, loss, diverged=lr == 2.4e-2)
+
+
+@pytest.mark.slow  # composes the 166 jobs of two sweeps (about 10 s)
+def test_the_ladder_trains_each_activation_at_its_base_width_rate(tmp_path, monkeypatch):
+    _tune(tmp_path, monkeypatch)
+    ladder = load_sweep("width_ladder")
+    rates = tuned_rates.tuned_rates(ladder)
+    assert rates == BEST
+    jobs = expand(tuned_rates.with_tuned_rates(ladder, rates))
+    configs = [resolve(job) for job in jobs]
+    assert len(configs) == 4 * 4 * 3  # activations x widths x seeds, as the file says
+    for config in configs:
+        assert config.optim.lr == BEST[config.model.activation]
+        assert config.model.parametrization == "mup" and config.model.mup_base_dim == 64
+        assert config.trainer.seed in (1, 2, 3)  # never the seed the rates were picked on
+    assert {c.model.dim for c in configs} == {32, 64, 128, 256}
+    assert len({c.trainer.run_dir for c in configs}) == len(jobs)
+
+
+def test_a_missing_tuning_run_stops_the_ladder_and_says_what_to_run(tmp_path, monkeypatch):
+    _tune(tmp_path, monkeypatch, skip=("xielu", 6e-3))
+    with pytest.raises(SystemExit) as stop:
+        tuned_rates.tuned_rates(load_sweep("width_ladder"))
+    message = str(stop.value)
+    assert "1 of its runs have not finished" in message
+    assert "xielu" in message and "lr-0.006" in message
+    assert "python -m scripts.sweep width_lr" in message
+
+
+def test_a_diverged_tuning_run_is_the_worst_rate_not_a_missing_one(tmp_path, monkeypatch):
+    _tune(tmp_path, monkeypatch)  # every 2.4e-2 run diverged
+    assert 2.4e-2 not in tuned_rates.tuned_rates(load_sweep("width_ladder")).values()
+
+
+def test_a_finished_job_is_one_whose_last_checkpoint_exists(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep_script, "ROOT", tmp_path)
+    (job,) = expand(load_sweep("study_lr"))[:1]
+    config = resolve(job)
+    assert not sweep_script.finished(job)
+    final = checkpoint_root(tmp_path / config.trainer.run_dir) / step_dir_name(config.trainer.steps)
+    final.parent.mkdir(parents=True)
+    (final.parent / step_dir_name(config.trainer.steps - 1)).mkdir()
+    assert not sweep_script.finished(job)  # an earlier step is a run to resume
+    final.mkdir()
+    assert sweep_script.finished(job)
+
+
+# A stand-in for train.py: runs until SIGTERM, then "checkpoints" (writes a file) and exits 75,
+# as the trainer's preemption path does; a job whose argument says so finishes at once.
+FAKE_TRAINER = textwrap.dedent(
+    """
+    import pathlib, signal, sys, time
+    name = sys.argv[1]
+    if name == "quick":
+        sys.exit(0)
+    def stop(*_):
+        pathlib.Path(name + ".stopped").write_text("checkpointed")
+        sys.exit(75)
+    signal.signal(signal.SIGTERM, stop)
+    pathlib.Path(name + ".started").write_text("")
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_time_slice_stops_the_running_jobs_through_their_checkpoint(tmp_path, monkeypatch):
+    (tmp_path / "train.py").write_text(FAKE_TRAINER)
+    monkeypatch.setattr(sweep_script, "ROOT", tmp_path)
+    monkeypatch.setattr(sweep_script, "finished", lambda job: job == ["done"])
+    jobs = [["done"], ["quick"], ["slow"], ["never"]]
+    code = sweep_script.run_locally("slice", jobs, parallel=1, stop_after_min=0.05)
+    assert code == 0  # stopped at the limit is not a failure: the next slice resumes
+    assert (tmp_path / "slow.stopped").read_text() == "checkpointed"
+    assert not (tmp_path / "never.started").exists()  # nothing new starts after the limit
+    assert not (tmp_path / "done.started").exists()  # a finished job is skipped
+
+
+@pytest.mark.slow
+def test_a_job_that_fails_on_its_own_still_fails_the_sweep(tmp_path, monkeypatch):
+    (tmp_path / "train.py").write_text("import sys; sys.exit(3)")
+    monkeypatch.setattr(sweep_script, "ROOT", tmp_path)
+    monkeypatch.setattr(sweep_script, "finished", lambda job: False)
+    assert sweep_script.run_locally("fails", [["a"]], stop_after_min=5) == 1
+
+
+def test_the_launchers_stop_signal_is_one_the_trainer_checkpoints_on():
+    from training.runtime.preemption import STOP_SIGNALS
+
+    assert signal.SIGTERM in STOP_SIGNALS
