@@ -128,6 +128,21 @@ class ModelConfig:
                     f"width itself: model.init_scaling={self.init_scaling!r} would scale it "
                     "twice; use model.init_scaling=fixed"
                 )
+            # one multiplier m = dim / base scales every hidden fan-in, so the base model is
+            # this one with every width dimension times 1/m: it must exist
+            base, head_dim = self.mup_base_dim, self.dim // self.n_heads
+            if base % head_dim:
+                raise ValueError(
+                    f"model.mup_base_dim={base} is not a multiple of the head dimension "
+                    f"{head_dim} (model.dim / model.n_heads): µP scales the number of heads at a "
+                    "fixed head_dim, and the base model would have a fraction of a head"
+                )
+            if (self.hidden * base) % self.dim:
+                raise ValueError(
+                    f"the MLP width {self.hidden} (model.gated_hidden or model.mlp_hidden) does "
+                    f"not scale with model.dim={self.dim} to a whole width at "
+                    f"model.mup_base_dim={base}: µP scales it by the same multiplier as dim"
+                )
 
     @property
     def width_multiplier(self) -> float:

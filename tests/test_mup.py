@@ -109,6 +109,14 @@ def test_hidden_matrices_train_at_lr_over_m_with_weight_decay_times_m(tied):
             r"model\.init_scaling='width' would scale it twice",
         ),
         (["model.parametrization=mu"], r"model\.parametrization='mu' is not one of"),
+        (
+            ["model.parametrization=mup", "model.mup_base_dim=24"],  # head_dim 16: 1.5 heads
+            r"model\.mup_base_dim=24 is not a multiple of the head dimension 16",
+        ),
+        (
+            ["model.parametrization=mup", "model.mup_base_dim=16", "model.mlp_hidden=51"],
+            r"the MLP width 51 \(model\.gated_hidden or model\.mlp_hidden\) does not scale",
+        ),
     ],
 )
 def test_a_mup_setting_the_rules_leave_undefined_stops_before_any_work(
