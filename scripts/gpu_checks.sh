@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every check that needs a CUDA GPU, in one command (see docs/performance.md):
-#   bash scripts/gpu_checks.sh              # all four parts below, in order
+#   bash scripts/gpu_checks.sh              # every part below, in order
 #   bash scripts/gpu_checks.sh tests        # correctness only (a minute or two)
 #   bash scripts/gpu_checks.sh kernels      # activation kernels (launch shapes, vs ReLU²), loss
 #   bash scripts/gpu_checks.sh training     # paper_1b iterations: ReLU², xIELU; none, selective
 #   bash scripts/gpu_checks.sh training-others   # the same for xIPReLU and SwiGLU, selective
+#   bash scripts/gpu_checks.sh ladder       # the 30-minute µP width ladder: again until it reports
 # (QUICK=1 still means "tests" only.) Tests assert correctness on the real kernels (float64
 # references, determinism, > 2^31 elements); the benchmarks print tables with ratios to ReLU²
 # measured in the same run, never assertions.
@@ -42,6 +43,28 @@ if wants training; then
   # without checkpointing (does it fit?) and selective (the default)
   python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
     --compile blocks --checkpointing none selective --activations relu2 xielu
+fi
+# The short µP width ladder (configs/experiment/ladder_short.yaml): tune the rates at the base
+# width, train the ladder at them, report. A call works for at most LADDER_SLICE_S seconds (540)
+# and stops its runs through their checkpoints; the next call skips what finished and resumes
+# the rest, until the report is written to results/ladder_short/.
+if wants ladder; then
+  end=$((SECONDS + ${LADDER_SLICE_S:-540}))
+  for sweep in ladder_short_tune ladder_short; do
+    minutes=$(( (end - SECONDS) / 60 ))
+    if (( minutes < 1 )); then
+      echo "ladder: this slice's time is spent; run 'bash scripts/gpu_checks.sh ladder' again"
+      exit 0
+    fi
+    rc=0
+    python -m scripts.sweep "$sweep" --launcher basic --parallel 4 --stop-after "$minutes" || rc=$?
+    if (( rc == 75 )); then
+      echo "ladder: $sweep stopped at the slice's end; run 'bash scripts/gpu_checks.sh ladder' again"
+      exit 0
+    fi
+    (( rc == 0 )) || exit "$rc"
+  done
+  python -m scripts.width_report runs/ladder_short-* --base 128 --out results/ladder_short
 fi
 if wants training-others; then
   # the other two activations at the default, against ReLU² in the same run

@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from scripts.tuned_rates import tuned_rates, with_tuned_rates
 from training.checkpoint.layout import checkpoint_root, step_dir_name
+from training.runtime.preemption import EXIT_PREEMPTED
 from training.sweeps import ROOT, commands, expand, load_sweep, resolve
 
 
@@ -54,7 +55,8 @@ def run_locally(
     launching new jobs (the running ones finish) and the sweep returns 1. Each job's output
     goes to ``<run_dir>.log`` when ``parallel > 1`` (interleaved lines would be unreadable).
     Jobs already finished are skipped; after ``stop_after_min`` minutes the running jobs are
-    sent SIGTERM (they checkpoint and exit 75) and nothing new starts."""
+    sent SIGTERM (they checkpoint and exit 75), nothing new starts, and the sweep itself
+    returns 75: the same command run again goes on where this one stopped."""
     started = time.perf_counter()
     threads = max(1, (os.cpu_count() or 1) // parallel)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -103,7 +105,7 @@ def run_locally(
     done = f"{bar.n}/{len(jobs)} runs finished in {minutes:.1f} min"
     if bar.n < len(jobs) and not failed:
         print(f"sweep {name}: {done}; stopped at the time limit: run the same command again")
-        return 0
+        return EXIT_PREEMPTED  # EX_TEMPFAIL: not done, nothing wrong, try again
     if failed:
         print(f"sweep {name}: {done}; failed: " + "; ".join(" ".join(j) for j in failed))
         return 1

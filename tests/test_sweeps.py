@@ -12,7 +12,7 @@ from eval.paper import ABLATION_TABLE, MAIN_COMPARISON
 from scripts.results_table import main as results_table
 from train_helpers import ROOT, compose, metrics, tiny_overrides
 from training.runtime.distributed import adopt_slurm_tasks
-from training.sweeps import commands, expand, load_sweep
+from training.sweeps import commands, expand, load_sweep, resolve
 
 
 @pytest.mark.slow
@@ -195,3 +195,35 @@ def test_the_gpu_ladders_train_about_20_tokens_per_parameter_each_in_its_own_dir
             m = config.model.with_vocab_from_tokenizer(131072)
             per_param = config.trainer.steps * config.trainer.global_batch * 2048
             assert 17 < per_param / count_parameters(m).total < 23, config.model.dim
+
+
+@pytest.mark.slow  # composes about 250 jobs
+@pytest.mark.parametrize("ladder", ["ladder_h100", "ladder_gh200", "ladder_short", "width_ladder"])
+def test_every_ladder_is_mup_tuned_at_its_base_width_with_the_same_depth_batch_and_head_dim(
+    ladder,
+):
+    """µP carries rates across width only: the tuning sweep must train every activation of the
+    ladder at the ladder's base width, depth, batch and head_dim, on a seed the ladder does not
+    report. The rungs differ from each other in width (and in steps, on GPUs) alone."""
+    extra = ["data.paths=[/x/*.parquet]"]
+    sweep = load_sweep(ladder)
+    rungs = [resolve(job) for job in expand(sweep, extra)]
+    tuning = [resolve(job) for job in expand(load_sweep(sweep["tuned_by"]), extra)]
+    (base,) = {c.model.mup_base_dim for c in rungs}
+    assert {c.model.parametrization for c in rungs} == {"mup"}
+    at_base = [c for c in tuning if c.model.parametrization == "mup" and c.model.dim == base]
+    activations = {c.model.activation for c in rungs}
+    assert {c.model.activation for c in at_base} == activations
+    for activation in activations:  # a grid of rates, not one guess
+        assert len({c.optim.lr for c in at_base if c.model.activation == activation}) >= 4
+    for key in (
+        lambda c: c.model.n_layers,
+        lambda c: c.model.head_dim,
+        lambda c: c.trainer.global_batch,
+        lambda c: c.data.seq_len,
+        lambda c: c.model.init_std,
+        lambda c: c.model.gated_hidden / c.model.dim,
+    ):
+        assert len({key(c) for c in [*rungs, *at_base]}) == 1
+    assert {c.trainer.seed for c in at_base} == {0}
+    assert 0 not in {c.trainer.seed for c in rungs}

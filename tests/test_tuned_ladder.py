@@ -130,7 +130,7 @@ def test_a_time_slice_stops_the_running_jobs_through_their_checkpoint(tmp_path, 
     monkeypatch.setattr(sweep_script, "finished", lambda job: job == ["done"])
     jobs = [["done"], ["quick"], ["slow"], ["never"]]
     code = sweep_script.run_locally("slice", jobs, parallel=1, stop_after_min=0.05)
-    assert code == 0  # stopped at the limit is not a failure: the next slice resumes
+    assert code == 75  # stopped at the limit, not failed: EX_TEMPFAIL, the next slice resumes
     assert (tmp_path / "slow.stopped").read_text() == "checkpointed"
     assert not (tmp_path / "never.started").exists()  # nothing new starts after the limit
     assert not (tmp_path / "done.started").exists()  # a finished job is skipped
