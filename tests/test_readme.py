@@ -601,7 +601,9 @@ def results_numbers() -> list[str]:
         f"the same {millions(tokens_per_run(mini))} tokens of the builtin corpus"
         f" ({mini.trainer.steps} steps of {mini.trainer.global_batch} x {mini.data.seq_len}, WSD"
         f" with the cooldown in the last {mini.schedule.decay_steps} steps)",
+        ladder_row("ladder_h100_tune", 1, "one H100"),
         ladder_row("ladder_h100", 1, "one H100"),
+        ladder_row("ladder_gh200_tune", 16, "a 4-node GH200 allocation (16 GPUs)"),
         ladder_row("ladder_gh200", 16, "a 4-node GH200 allocation (16 GPUs)"),
         f"{bench_activations_shape()} by default",
     ]
