@@ -1,9 +1,8 @@
-"""What several scripts share: timing, bytes saved for backward, tables, and run metrics."""
+"""What several scripts share: timing, bytes saved for backward, tables and CSV files."""
 
 from __future__ import annotations
 
 import csv
-import json
 import math
 import statistics
 import time
@@ -106,20 +105,3 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer.writeheader()
         writer.writerows(rows)
     print(f"wrote {path}")
-
-
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """A run's ``metrics.jsonl`` records in step order, the later record winning for steps
-    logged twice (a resumed run logs again the steps after its last checkpoint); training,
-    validation and diagnostics records of one step are kept apart."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl")
-    by_key: dict[tuple, dict] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        kind = "val" if "val/loss" in record else "train" if "loss" in record else "other"
-        if kind == "other":  # diagnostics, gradient norms: by their keys' prefixes
-            kind = ",".join(sorted({k.split("/")[0] for k in record if k != "step"}))
-        by_key[(kind, record["step"])] = record
-    return [by_key[k] for k in sorted(by_key, key=lambda k: (k[1], k[0]))]

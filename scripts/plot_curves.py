@@ -9,7 +9,7 @@ import argparse
 import math
 from pathlib import Path
 
-from scripts.common import read_metrics
+from eval.runs import read_metrics
 from scripts.figures import pyplot, save
 
 

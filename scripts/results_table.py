@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 
 from eval.paper import ABLATION_TABLE
-from scripts.common import markdown, read_metrics, write_csv
+from eval.runs import read_metrics
+from scripts.common import markdown, write_csv
 from training.checkpoint import run_config
 from training.schedule import stable_phase_end
 

@@ -17,69 +17,13 @@ from __future__ import annotations
 import argparse
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from data import load_tokenizer
 from eval.comparison import paired_difference, power_law_fit, spread
-from model import count_parameters
-from scripts.common import markdown, read_metrics, write_csv
+from eval.runs import Run, read_run
+from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
-from training.checkpoint import run_config
 from training.instruments.diagnostics import STATISTICS
-from training.schedule import stable_phase_end
-
-
-@dataclass
-class Run:
-    path: Path
-    activation: str
-    init: str  # model.init_scaling, or "mup" under model.parametrization=mup
-    width: int
-    lr: float
-    seed: int
-    params: int  # without the embedding and LM head: the count scaling laws use
-    tokens_per_step: int
-    val: dict[int, float]  # step -> validation loss
-    steps: int
-    stable_end: int | None
-    diverged: bool = False  # a training loss that is not finite: the run stopped there
-    diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)
-
-    @property
-    def arm(self) -> tuple[str, str, int]:
-        return (self.activation, self.init, self.width)
-
-    @property
-    def final(self) -> float | None:
-        return self.val.get(self.steps)
-
-
-def read_run(path: str | Path) -> Run:
-    config = run_config(path)
-    model = config.model.with_vocab_from_tokenizer(load_tokenizer(config.data.tokenizer).vocab_size)
-    count = count_parameters(model)
-    records = read_metrics(path)
-    stable_end = stable_phase_end(config.schedule, config.trainer.steps)
-    return Run(
-        path=Path(path),
-        activation=model.activation,
-        init="mup" if model.parametrization == "mup" else model.init_scaling,
-        width=model.dim,
-        lr=config.optim.lr,
-        seed=config.trainer.seed,
-        params=count.total - count.embedding - count.lm_head,
-        tokens_per_step=config.trainer.global_batch * config.data.seq_len,
-        val={r["step"]: r["val/loss"] for r in records if "val/loss" in r},
-        steps=config.trainer.steps,
-        stable_end=stable_end,
-        diverged=any("loss" in r and not math.isfinite(r["loss"]) for r in records),
-        diagnostics={
-            r["step"]: {k: v for k, v in r.items() if k.startswith("diag/")}
-            for r in records
-            if any(k.startswith("diag/") for k in r)
-        },
-    )
 
 
 def best_rates(runs: list[Run], selection_seed: int) -> dict[tuple, float]:

@@ -16,7 +16,7 @@ the runs. Either way each grid point trains in a directory of its own, named by 
 varies (``training/sweeps.py``), so the two launchers' runs land in the same places.
 
 A sweep file with ``tuned_by: OTHER`` (a µP width ladder) takes ``optim.lr`` per activation from
-the finished runs of the sweep OTHER at the base width (``scripts/tuned_rates.py``), and stops
+the finished runs of the sweep OTHER at the base width (``eval/tuning.py``), and stops
 before launching anything while those are missing. The basic launcher skips a job whose run
 already holds its final checkpoint, and ``--stop-after MINUTES`` ends the sweep in a time slice:
 the running jobs checkpoint and stop (SIGTERM, the trainer's preemption path), and the same
@@ -34,7 +34,7 @@ import time
 
 from tqdm import tqdm
 
-from scripts.tuned_rates import tuned_rates, with_tuned_rates
+from eval.tuning import tuned_rates, with_tuned_rates
 from training.checkpoint.layout import checkpoint_root, step_dir_name
 from training.runtime.preemption import EXIT_PREEMPTED
 from training.sweeps import ROOT, commands, expand, load_sweep, resolve

@@ -11,7 +11,7 @@ on (``configs/experiment/width.yaml``):
    every width should be the base width's (within the grid's factor of 2); under the standard
    parametrization it moves.
 2. **Ladder** (``configs/sweep/width_ladder.yaml``: µP, the other seeds, each activation at the
-   rate it did best with *at the base width*, ``scripts/tuned_rates.py``): final loss per
+   rate it did best with *at the base width*, ``eval/tuning.py``): final loss per
    activation and width, a power law ``loss = a N^-b`` per activation over non-embedding
    parameters N, and each activation's gap to the baseline at each width, paired by seed, with
    Student's 95% interval.
@@ -25,10 +25,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from eval.comparison import paired_difference, power_law_fit, spread
+from eval.runs import Run, best_rates, read_run
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
-from scripts.study_report import Run, read_run
-from scripts.tuned_rates import best_rates
 
 
 def _rates(runs: list[Run], selection_seed: int) -> dict[tuple[str, str, int], dict[float, float]]:

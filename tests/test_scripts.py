@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from scripts.common import markdown, read_metrics, saved_bytes
+from eval.runs import read_metrics
+from scripts.common import markdown, saved_bytes
 from train_helpers import ROOT
 
 SHARED = {"scripts.common", "scripts.figures"}

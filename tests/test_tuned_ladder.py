@@ -1,5 +1,5 @@
 """A µP ladder's rates come from its tuning sweep's runs at the base width, and the basic
-launcher runs a sweep in time slices (``scripts/tuned_rates.py``, ``scripts/sweep.py``)."""
+launcher runs a sweep in time slices (``eval/tuning.py``, ``scripts/sweep.py``)."""
 
 import json
 import signal
@@ -8,8 +8,8 @@ import textwrap
 import pytest
 import yaml
 
+from eval import tuning as tuned_rates
 from scripts import sweep as sweep_script
-from scripts import tuned_rates
 from training.checkpoint.layout import checkpoint_root, step_dir_name
 from training.sweeps import expand, load_sweep, resolve
 

@@ -10,8 +10,6 @@ import pytest
 import yaml
 
 from scripts import width_report
-from train_helpers import compose
-from training.sweeps import expand
 
 T975_2 = 4.302652729911275  # Student's t 0.975 quantile, 2 degrees of freedom (tables)
 
@@ -64,28 +62,6 @@ def test_rates_best_per_width_and_their_shift_from_the_base(tmp_path):
     assert 3.2e-2 not in got[("mup", 128)]["losses"]  # no verdict on a run without an end
     table = "\n".join(width_report.rate_table(rows))
     assert "| mup | xielu | 128 | 2.100 | **2.000** | 2.100 | diverged | 0.004 | x1 |" in table
-
-
-def test_the_ladder_sweep_carries_the_base_widths_rates_to_every_width(tmp_path):
-    runs = [
-        _run(tmp_path, act, "mup", 64, lr, 0, {"relu2": 2.0, "xielu": 2.1}[act] + (lr != win))
-        for act, win in (("relu2", 4e-3), ("xielu", 8e-3))
-        for lr in (4e-3, 8e-3)
-    ]
-    # a wider run's better rate must not count: the ladder takes the base width's
-    runs.append(_run(tmp_path, "relu2", "mup", 128, 1.6e-2, 0, 1.0))
-    rates = width_report.base_rates([width_report.read_run(r) for r in runs], 0, base=64)
-    assert rates == {"relu2": 4e-3, "xielu": 8e-3}
-    jobs = expand(yaml.safe_load(width_report.ladder_sweep(rates, [32, 128], [1, 2, 3])))
-    assert len(jobs) == 2 * 2 * 3
-    configs = [compose(job)[0] for job in jobs]
-    assert {(c.model.dim, c.model.n_heads, c.model.gated_hidden) for c in configs} == {
-        (32, 1, 128),
-        (128, 4, 512),
-    }
-    assert all(c.model.parametrization == "mup" and c.model.mup_base_dim == 64 for c in configs)
-    assert {(c.model.activation, c.optim.lr) for c in configs} == set(rates.items())
-    assert len({c.trainer.run_dir for c in configs}) == len(jobs)  # each its own directory
 
 
 def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path):

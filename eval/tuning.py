@@ -18,20 +18,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from scripts.study_report import Run, read_run
+from eval.runs import Run, best_rates, read_run
 from training.sweeps import ROOT, expand, load_sweep, resolve
-
-
-def best_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[str, float]:
-    """activation -> the rate with the lowest final validation loss among ``runs`` under µP
-    at width ``base`` on the selection seed (a diverged run loses to every finished one)."""
-    candidates: dict[str, list[tuple[float, float]]] = {}
-    for r in runs:
-        ended = r.final is not None or r.diverged
-        if r.init == "mup" and r.width == base and r.seed == selection_seed and ended:
-            loss = r.final if r.final is not None and not r.diverged else float("inf")
-            candidates.setdefault(r.activation, []).append((loss, r.lr))
-    return {activation: min(points)[1] for activation, points in candidates.items()}
 
 
 def tuned_rates(sweep: dict, extra: list[str] = ()) -> dict[str, float]:

@@ -1,0 +1,100 @@
+"""A finished (or stopped) training run as the reports read it: its config and metrics.
+
+``metrics.jsonl`` and ``config.yaml`` are what a run directory keeps for good; every report
+(``scripts.study_report``, ``scripts.width_report``, ``scripts.results_table``) and the choice of
+a ladder's rates (``eval.tuning``) read runs through this module, so they agree on what the
+final loss, a diverged run and a run's arm are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from data import load_tokenizer
+from model import count_parameters
+from training.checkpoint import run_config
+from training.schedule import stable_phase_end
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """A run's ``metrics.jsonl`` records in step order, the later record winning for steps
+    logged twice (a resumed run logs again the steps after its last checkpoint); training,
+    validation and diagnostics records of one step are kept apart."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl")
+    by_key: dict[tuple, dict] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        kind = "val" if "val/loss" in record else "train" if "loss" in record else "other"
+        if kind == "other":  # diagnostics, gradient norms: by their keys' prefixes
+            kind = ",".join(sorted({k.split("/")[0] for k in record if k != "step"}))
+        by_key[(kind, record["step"])] = record
+    return [by_key[k] for k in sorted(by_key, key=lambda k: (k[1], k[0]))]
+
+
+@dataclass
+class Run:
+    path: Path
+    activation: str
+    init: str  # model.init_scaling, or "mup" under model.parametrization=mup
+    width: int
+    lr: float
+    seed: int
+    params: int  # without the embedding and LM head: the count scaling laws use
+    tokens_per_step: int
+    val: dict[int, float]  # step -> validation loss
+    steps: int
+    stable_end: int | None
+    diverged: bool = False  # a training loss that is not finite: the run stopped there
+    diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def arm(self) -> tuple[str, str, int]:
+        return (self.activation, self.init, self.width)
+
+    @property
+    def final(self) -> float | None:
+        return self.val.get(self.steps)
+
+
+def read_run(path: str | Path) -> Run:
+    config = run_config(path)
+    model = config.model.with_vocab_from_tokenizer(load_tokenizer(config.data.tokenizer).vocab_size)
+    count = count_parameters(model)
+    records = read_metrics(path)
+    stable_end = stable_phase_end(config.schedule, config.trainer.steps)
+    return Run(
+        path=Path(path),
+        activation=model.activation,
+        init="mup" if model.parametrization == "mup" else model.init_scaling,
+        width=model.dim,
+        lr=config.optim.lr,
+        seed=config.trainer.seed,
+        params=count.total - count.embedding - count.lm_head,
+        tokens_per_step=config.trainer.global_batch * config.data.seq_len,
+        val={r["step"]: r["val/loss"] for r in records if "val/loss" in r},
+        steps=config.trainer.steps,
+        stable_end=stable_end,
+        diverged=any("loss" in r and not math.isfinite(r["loss"]) for r in records),
+        diagnostics={
+            r["step"]: {k: v for k, v in r.items() if k.startswith("diag/")}
+            for r in records
+            if any(k.startswith("diag/") for k in r)
+        },
+    )
+
+
+def best_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[str, float]:
+    """activation -> the rate with the lowest final validation loss among ``runs`` under µP
+    at width ``base`` on the selection seed (a diverged run loses to every finished one)."""
+    candidates: dict[str, list[tuple[float, float]]] = {}
+    for r in runs:
+        ended = r.final is not None or r.diverged
+        if r.init == "mup" and r.width == base and r.seed == selection_seed and ended:
+            loss = r.final if r.final is not None and not r.diverged else float("inf")
+            candidates.setdefault(r.activation, []).append((loss, r.lr))
+    return {activation: min(points)[1] for activation, points in candidates.items()}
