@@ -44,6 +44,12 @@ if wants training; then
   python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
     --compile blocks --checkpointing none selective --activations relu2 xielu
 fi
+if wants training-others; then
+  # the other two activations at the default, against ReLU² in the same run
+  python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
+    --compile blocks --checkpointing selective --activations relu2 xiprelu swiglu
+fi
+
 # The short µP width ladder (configs/experiment/ladder_short.yaml): tune the rates at the base
 # width, train the ladder at them, report. A call works for at most LADDER_SLICE_S seconds (540)
 # and stops its runs through their checkpoints; the next call skips what finished and resumes
@@ -65,9 +71,4 @@ if wants ladder; then
     (( rc == 0 )) || exit "$rc"
   done
   python -m scripts.width_report runs/ladder_short-* --base 128 --out results/ladder_short
-fi
-if wants training-others; then
-  # the other two activations at the default, against ReLU² in the same run
-  python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
-    --compile blocks --checkpointing selective --activations relu2 xiprelu swiglu
 fi
