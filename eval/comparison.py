@@ -73,3 +73,29 @@ def power_law_fit(sizes: list[float], losses: list[float]) -> tuple[float, float
         raise ValueError("a power law needs at least two sizes")
     fit = stats.linregress([math.log(s) for s in sizes], [math.log(v) for v in losses])
     return math.exp(fit.intercept), -fit.slope
+
+
+@dataclass(frozen=True)
+class Trend:
+    """Least-squares ``slope`` of y on x with its 95% interval ``[low, high]`` (Student's t
+    with n - 2 degrees of freedom); ``flat`` when the interval holds 0."""
+
+    slope: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def flat(self) -> bool:
+        return not (self.low > 0 or self.high < 0)
+
+
+def trend(xs: list[float], ys: list[float], confidence: float = 0.95) -> Trend:
+    """How ``ys`` move with ``xs``: the question "does a gap shrink, hold or grow with width"
+    asked of every seed's gap at every width (x = log2 width: the slope is per doubling). The
+    points are taken as independent, which seeds paired within a width only approximate."""
+    if len(set(xs)) < 2 or len(xs) < 3:
+        raise ValueError("a trend needs three or more points at two or more x values")
+    fit = stats.linregress(xs, ys)
+    half = stats.t.ppf(0.5 + confidence / 2, len(xs) - 2) * fit.stderr
+    return Trend(float(fit.slope), float(fit.slope - half), float(fit.slope + half), len(xs))

@@ -24,7 +24,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from eval.comparison import paired_difference, power_law_fit, spread
+from eval.comparison import Trend, paired_difference, power_law_fit, spread, trend
 from eval.runs import Run, best_rates, read_run
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
@@ -123,6 +123,9 @@ def ladder_rows(
                 {s: r.final for s, r in by_seed.items()}, {s: r.final for s, r in base.items()}
             )
             row |= {"diff": diff.mean, "diff_low": diff.low, "diff_high": diff.high}
+            row["diffs"] = [
+                by_seed[s].final - base[s].final for s in sorted(set(base) & set(by_seed))
+            ]
             row["verdict"] = (
                 "within noise" if diff.within_noise else ("better" if diff.high < 0 else "worse")
             )
@@ -162,6 +165,40 @@ def ladder_table(rows: list[dict], baseline: str) -> list[str]:
                 r.get("verdict", "baseline" if r["activation"] == baseline else "-"),
             ]
         )
+    return markdown(header, body)
+
+
+def gap_trends(rows: list[dict]) -> dict[str, Trend]:
+    """activation -> how its per-seed gap to the baseline moves per doubling of width, over
+    every width and seed of the ladder (two or more widths)."""
+    points = defaultdict(list)
+    for r in rows:
+        points[r["activation"]] += [(math.log2(r["width"]), d) for d in r.get("diffs", [])]
+    return {
+        activation: trend([x for x, _ in p], [d for _, d in p])
+        for activation, p in points.items()
+        if len({x for x, _ in p}) >= 2 and len(p) >= 3
+    }
+
+
+def trend_table(trends: dict[str, Trend], baseline: str) -> list[str]:
+    body = [
+        [
+            a,
+            f"{t.slope:+.4f} [{t.low:+.4f}, {t.high:+.4f}]",
+            str(t.n),
+            "no trend resolved"
+            if t.flat
+            else (f"rises: loses to {baseline}" if t.low > 0 else f"falls: gains on {baseline}"),
+        ]
+        for a, t in sorted(trends.items())
+    ]
+    header = [
+        "activation",
+        f"change of (final - {baseline}) per doubling of width [95% CI]",
+        "points",
+        "with width, the gap",
+    ]
     return markdown(header, body)
 
 
@@ -290,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     if ladder:
         lines += ["", "## Ladder (µP)", *ladder_table(ladder, args.baseline)]
         lines += ["", "## Power laws", *fit_table(power_laws)]
+        lines += ["", "## The gap across widths", *trend_table(gap_trends(ladder), args.baseline)]
     print("\n".join(lines))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -303,7 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         plot_rates(rows, args.out / "learning_rates.png")
         if ladder:
-            write_csv(ladder, args.out / "ladder.csv")
+            flat = [
+                {**r, "diffs": " ".join(f"{d:.4f}" for d in r.get("diffs", []))} for r in ladder
+            ]
+            write_csv(flat, args.out / "ladder.csv")
             plot_ladder(ladder, power_laws, args.baseline, args.out / "ladder.png")
     return 0
 

@@ -8,7 +8,7 @@ import statistics
 import pytest
 import yaml
 
-from eval.comparison import paired_difference, power_law_fit, spread
+from eval.comparison import paired_difference, power_law_fit, spread, trend
 from scripts import study_report
 from train_helpers import compose
 from training.sweeps import expand
@@ -123,3 +123,21 @@ def test_the_report_picks_the_rate_on_seed_0_and_reports_the_other_seeds(tmp_pat
     assert "optim.lr=0.004" in jobs[3] and "activation=xielu" in jobs[3]
     run_dirs = {compose(job)[0].trainer.run_dir for job in jobs}
     assert "runs/study-xielu_lr-0.004_seed-2" in run_dirs and len(run_dirs) == 6
+
+
+def test_the_trend_is_the_least_squares_slope_with_students_interval():
+    xs = [5.0, 5.0, 6.0, 6.0, 7.0, 7.0]  # log2 widths 32, 64, 128, two seeds each
+    ys = [0.10, 0.12, 0.07, 0.08, 0.03, 0.06]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    residuals = [y - (my + slope * (x - mx)) for x, y in zip(xs, ys, strict=True)]
+    stderr = math.sqrt(sum(r * r for r in residuals) / (len(xs) - 2) / sxx)
+    half = T975[4] * stderr
+    got = trend(xs, ys)
+    assert got.slope == pytest.approx(slope, abs=1e-12)
+    assert (got.low, got.high) == pytest.approx((slope - half, slope + half), abs=1e-10)
+    assert got.high < 0 and not got.flat  # the gap falls by about 0.03 per doubling
+    assert trend([1.0, 2.0, 3.0], [0.1, -0.1, 0.1]).flat
+    with pytest.raises(ValueError, match="two or more x values"):
+        trend([1.0, 1.0, 1.0], [0.1, 0.2, 0.3])

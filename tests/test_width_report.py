@@ -88,6 +88,14 @@ def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path
     assert float(row["diff"]) == pytest.approx(statistics.fmean(diffs))
     assert float(row["diff_high"]) == pytest.approx(statistics.fmean(diffs) + half)
     assert row["verdict"] == "better"
+    # the same gaps at every width: the trend per doubling is 0, its interval the seeds' spread
+    ladder_all = width_report.ladder_rows(
+        [width_report.read_run(p) for p in runs], rates, 0, "relu2"
+    )
+    xielu_trend = width_report.gap_trends(ladder_all)["xielu"]
+    assert xielu_trend.slope == pytest.approx(0, abs=1e-9) and xielu_trend.flat
+    assert xielu_trend.n == 3 * 3  # widths x seeds
+    assert "no trend resolved" in (out / "width.md").read_text()
     ladder = [
         r
         for r in width_report.ladder_rows(
