@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         help="basic launcher: jobs at once, sharing the cores (logs in runs/sweep-logs/)",
     )
     args = parser.parse_intermixed_args(argv)  # overrides may follow --launcher
+    if args.stop_after is not None and args.launcher != "basic":
+        parser.error("--stop-after slices a sweep run here: it needs --launcher basic")
     sweep = load_sweep(args.sweep)
     if "tuned_by" in sweep:
         sweep = with_tuned_rates(sweep, tuned_rates(sweep, args.overrides))

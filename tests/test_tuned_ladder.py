@@ -148,3 +148,9 @@ def test_the_launchers_stop_signal_is_one_the_trainer_checkpoints_on():
     from training.runtime.preemption import STOP_SIGNALS
 
     assert signal.SIGTERM in STOP_SIGNALS
+
+
+def test_a_time_slice_is_refused_for_a_cluster_launcher(capsys):
+    with pytest.raises(SystemExit):
+        sweep_script.main(["study_lr", "--stop-after", "3"])
+    assert "--stop-after" in capsys.readouterr().err
