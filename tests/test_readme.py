@@ -447,6 +447,7 @@ def readme_numbers() -> list[str]:
         f"({len(jobs('study_lr')) + len(jobs('study_seeds'))} runs,",
         f"{millions(count_parameters(study_model).total)} parameters,"
         f" {millions(tokens_per_run(study))} tokens, {seeds('study_seeds')} seeds",
+        f"({len(jobs('width_lr'))} + {len(jobs('width_ladder'))} runs",
     ]
 
 
@@ -582,6 +583,7 @@ def results_numbers() -> list[str]:
     params = count_parameters(model)
     t, s = study.trainer, study.schedule
     mini, mini_model = experiment("experiment=mini_ablation")
+    width, width_model = experiment("experiment=width")
     width_std = model.init_std * math.sqrt(model.init_reference_dim / model.dim)
     return [
         f"(dim {model.dim}, {model.n_layers} layers, {model.n_heads} heads,"
@@ -601,6 +603,10 @@ def results_numbers() -> list[str]:
         f"the same {millions(tokens_per_run(mini))} tokens of the builtin corpus"
         f" ({mini.trainer.steps} steps of {mini.trainer.global_batch} x {mini.data.seq_len}, WSD"
         f" with the cooldown in the last {mini.schedule.decay_steps} steps)",
+        f"Every run: {width.trainer.steps} steps of {width.trainer.global_batch} x"
+        f" {width.data.seq_len} byte tokens ({tokens_per_run(width) / 1e6:.2f}M tokens",
+        f"base width {width_model.mup_base_dim},"
+        f" init std {width_model.init_std} = 0.78 / sqrt({width_model.mup_base_dim})",
         ladder_row("ladder_h100_tune", 1, "one H100"),
         ladder_row("ladder_h100", 1, "one H100"),
         ladder_row("ladder_gh200_tune", 16, "a 4-node GH200 allocation (16 GPUs)"),
