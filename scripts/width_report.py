@@ -239,7 +239,13 @@ def plot_rates(rows: list[dict], out: Path) -> Path:
                         ms=14,
                         color=line[0].get_color(),
                     )
+            if not ax.lines:  # e.g. an activation tuned under µP only
+                ax.axis("off")
+                continue
             ax.set_xscale("log")
+            rates = sorted({lr for r in rows for lr in r["losses"]})
+            ax.set_xticks(rates, [f"{lr:g}" for lr in rates], fontsize=7)
+            ax.minorticks_off()
             ax.set_title(f"{activation}, {init}")
             ax.set_xlabel("optim.lr")
             ax.set_ylabel("final validation loss (seed 0)")
