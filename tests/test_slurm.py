@@ -17,10 +17,15 @@ def test_sbatch_script_is_valid_shell():
         subprocess.run(["shellcheck", "-S", "warning", str(SCRIPT)], check=True)
 
 
-def test_sbatch_launches_one_torchrun_per_node_with_a_rendezvous_on_the_first(tmp_path):
+@pytest.mark.parametrize("nodes", [2, 4096])
+def test_sbatch_launches_one_torchrun_per_node_with_a_rendezvous_on_the_first(tmp_path, nodes):
+    """With 4096 nodes, scontrol's list is longer than a pipe's buffer: a reader of the first
+    line only would leave scontrol to die of SIGPIPE, which pipefail turns into the job's exit."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text('#!/bin/sh\nprintf "gh-001\\ngh-002\\n"\n')
+    (bin_dir / "scontrol").write_text(
+        f'#!/bin/bash\nfor i in $(seq -w 1 {nodes}); do echo "gh-$i"; done\n'
+    )
     # srun runs its command locally, with python replaced by an echo of its arguments
     (bin_dir / "srun").write_text(
         '#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\n'
@@ -34,8 +39,8 @@ def test_sbatch_launches_one_torchrun_per_node_with_a_rendezvous_on_the_first(tm
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "SLURM_JOB_ID": "77",
-        "SLURM_NNODES": "2",
-        "SLURM_JOB_NODELIST": "gh-[001-002]",
+        "SLURM_NNODES": str(nodes),
+        "SLURM_JOB_NODELIST": f"gh-[1-{nodes}]",
         "SLURM_SUBMIT_DIR": str(tmp_path),
         "SCRATCH": str(tmp_path),
     }
@@ -48,8 +53,9 @@ def test_sbatch_launches_one_torchrun_per_node_with_a_rendezvous_on_the_first(tm
     ).stdout
     command = out.strip().splitlines()[-1].split()
     assert command[:3] == ["python", "-m", "torch.distributed.run"]
-    assert "--nnodes=2" in command and "--nproc_per_node=4" in command
-    assert "--rdzv_endpoint=gh-001:29500" in command and "--rdzv_id=77" in command
+    assert f"--nnodes={nodes}" in command and "--nproc_per_node=4" in command
+    first = "gh-" + "1".zfill(len(str(nodes)))  # seq -w pads to the widest number
+    assert f"--rdzv_endpoint={first}:29500" in command and "--rdzv_id=77" in command
     assert command[-4:] == [
         "train.py",
         "experiment=paper_1b",
