@@ -319,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", help="run directories")
     parser.add_argument("--base", type=int, default=64, help="µP's base width (model.mup_base_dim)")
     parser.add_argument("--baseline", default="relu2")
+    parser.add_argument(
+        "--baseline-lr",
+        type=float,
+        help="the baseline at this rate, not its base-width best (a robustness check)",
+    )
     parser.add_argument("--selection-seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="directory for width.md, CSVs and figures")
     args = parser.parse_args(argv)
@@ -327,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("no run directory with metrics.jsonl among the arguments")
     rows = rate_rows(runs, args.selection_seed, args.base)
     rates = best_rates(runs, args.base, args.selection_seed)
+    if args.baseline_lr is not None:
+        rates[args.baseline] = args.baseline_lr
     ladder = ladder_rows(runs, rates, args.selection_seed, args.baseline)
     power_laws = fits(ladder)
     lines = ["## Rates (seed 0)", *rate_table(rows)]

@@ -96,6 +96,10 @@ def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path
     assert xielu_trend.slope == pytest.approx(0, abs=1e-9) and xielu_trend.flat
     assert xielu_trend.n == 3 * 3  # widths x seeds
     assert "no trend resolved" in (out / "width.md").read_text()
+    # the baseline at another rate: its runs at 8e-3 are xielu's, relu2 has none there
+    other = tmp_path / "other"
+    assert width_report.main([*map(str, runs), "--out", str(other), "--baseline-lr", "8e-3"]) == 0
+    assert "relu2" not in {r["activation"] for r in csv.DictReader((other / "ladder.csv").open())}
     ladder = [
         r
         for r in width_report.ladder_rows(
