@@ -138,34 +138,34 @@ def coordinates(setup: Setup, parametrization: str, dim: int) -> list[dict]:
     set_learning_rate(optimizer, setup.lr)  # each group's multiplier: µP's lr / m
     stream = batches(setup)
     probe = next(stream)["inputs"]
-    recorder = Recorder(model)
     rows, initial = [], {}
-    try:
-        for step in range(setup.steps + 1):
-            if step:
-                batch = next(stream)
-                model.train()
-                optimizer.zero_grad(set_to_none=True)
-                model(batch["inputs"], batch["targets"]).backward()
-                optimizer.step()
-            model.eval()
+    for step in range(setup.steps + 1):
+        if step:
+            batch = next(stream)
+            model.train()
+            optimizer.zero_grad(set_to_none=True)
+            model(batch["inputs"], batch["targets"]).backward()
+            optimizer.step()
+        model.eval()
+        recorder = Recorder(model)  # on the probe only: the training forwards need no copies
+        try:
             with torch.no_grad():
                 model(probe)
-            for name, value in recorder.outputs.items():
-                initial.setdefault(name, value)
-                rows.append(
-                    {
-                        "parametrization": parametrization,
-                        "activation": setup.activation,
-                        "width": dim,
-                        "step": step,
-                        "quantity": name,
-                        "rms": _rms(value),
-                        "change": _rms(value - initial[name]),
-                    }
-                )
-    finally:
-        recorder.remove()
+        finally:
+            recorder.remove()
+        for name, value in recorder.outputs.items():
+            initial.setdefault(name, value)
+            rows.append(
+                {
+                    "parametrization": parametrization,
+                    "activation": setup.activation,
+                    "width": dim,
+                    "step": step,
+                    "quantity": name,
+                    "rms": _rms(value),
+                    "change": _rms(value - initial[name]),
+                }
+            )
     return rows
 
 

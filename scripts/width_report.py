@@ -214,6 +214,7 @@ def plot_rates(rows: list[dict], out: Path) -> Path:
     plt = pyplot()
     activations = sorted({r["activation"] for r in rows})
     inits = sorted({r["parametrization"] for r in rows})
+    rates = sorted({lr for r in rows for lr in r["losses"]})
     fig, axes = plt.subplots(
         len(activations),
         len(inits),
@@ -243,7 +244,6 @@ def plot_rates(rows: list[dict], out: Path) -> Path:
                 ax.axis("off")
                 continue
             ax.set_xscale("log")
-            rates = sorted({lr for r in rows for lr in r["losses"]})
             ax.set_xticks(rates, [f"{lr:g}" for lr in rates], fontsize=7)
             ax.minorticks_off()
             ax.set_title(f"{activation}, {init}")
