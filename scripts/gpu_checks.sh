@@ -6,6 +6,8 @@
 #   bash scripts/gpu_checks.sh training     # paper_1b iterations: ReLU², xIELU; none, selective
 #   bash scripts/gpu_checks.sh training-others   # the same for xIPReLU and SwiGLU, selective
 #   bash scripts/gpu_checks.sh ladder       # the 30-minute µP width ladder: again until it reports
+#   bash scripts/gpu_checks.sh first        # a lent GPU's first call: the most telling of the
+#                                           # above, each step time-boxed, 8 minutes at most
 # (QUICK=1 still means "tests" only.) Tests assert correctness on the real kernels (float64
 # references, determinism, > 2^31 elements); the benchmarks print tables with ratios to ReLU²
 # measured in the same run, never assertions.
@@ -16,6 +18,25 @@ export WANDB_MODE="${WANDB_MODE:-disabled}"
 parts="${*:-all}"
 [ -n "${QUICK:-}" ] && parts=tests
 wants() { [[ " $parts " == *" $1 "* || " $parts " == *" all "* ]]; }
+
+# A lent GPU's first call (a 15-minute lease, its start included): correctness of the kernels,
+# then the paper_1b throughput against the 50k tokens/s goal, then the kernels' launch shapes.
+# Each step has its own time limit; one that fails or runs out is reported and the next runs.
+if [[ "$parts" == first ]]; then
+  step() {
+    local limit=$1; shift
+    echo "== first: $* (at most ${limit}s)"
+    local rc=0
+    timeout -k 10 "$limit" "$@" || rc=$?
+    if (( rc == 124 || rc == 137 )); then echo "== first: ran out of its ${limit}s: $*"
+    elif (( rc != 0 )); then echo "== first: failed (exit $rc): $*"; fi
+  }
+  step 150 python -m pytest -m gpu tests/test_gpu.py -q -x -n 0
+  step 240 python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
+    --compile blocks --checkpointing selective --activations relu2 xielu --warmup 2 --repeats 6
+  step 80 python -m scripts.tune_kernels --dtypes bfloat16
+  exit 0
+fi
 
 if wants tests; then
   python -m pytest -m gpu tests/test_gpu.py -q
