@@ -24,8 +24,8 @@ def test_an_async_checkpoint_holds_the_weights_of_its_step_not_later_ones(tmp_pa
     writer.wait()
     assert [p.name for p in checkpoint.complete_checkpoints(tmp_path)] == ["step_000001"]
     fresh, fresh_optimizer = tiny_model_and_optimizer()
-    _, state, _ = checkpoint.load_latest(tmp_path, fresh, fresh_optimizer, ENV)
-    assert state == {"step": 1}
+    found = checkpoint.load_latest(tmp_path, fresh, fresh_optimizer, ENV)
+    assert found.trainer_state == {"step": 1}
     for name, value in fresh.state_dict().items():
         assert torch.equal(value, at_save[name]), name
 

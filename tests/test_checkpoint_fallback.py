@@ -1,7 +1,8 @@
-"""A published checkpoint that does not load is set aside, and the one before it resumes the run.
+"""A published checkpoint whose bytes are damaged is set aside, and the one before it resumes.
 
 Each test saves checkpoints at steps 2 and 4 of a tiny model, damages step 4 the way a disk or a
-person might, and resumes with ``checkpoint.load_latest`` (what the trainer's resume calls).
+person might, and resumes as the trainer does: ``checkpoint.load_latest``, then
+``checkpoint.set_aside`` for each damaged checkpoint it reports (:func:`resume`).
 """
 
 import importlib
@@ -51,38 +52,94 @@ def plant_code_in_the_metadata(path) -> None:
     (path / ".metadata").write_bytes(pickle.dumps(Payload(path.parent.parent / "marker")))
 
 
+def resume(run_dir, model, optimizer, env: Env = ENV, **kwargs):
+    """What ``Trainer._resume`` does with the checkpoints: load, then set the damaged aside."""
+    found = checkpoint.load_latest(run_dir, model, optimizer, env, **kwargs)
+    if found is not None:
+        for damaged in found.damaged:
+            checkpoint.set_aside(damaged, env)
+    return found
+
+
+def drop_the_manifest(path) -> None:
+    """As a checkpoint written before manifests existed."""
+    (path / "manifest.json").unlink()
+
+
 def names(run_dir) -> list[str]:
     return sorted(p.name for p in (run_dir / "checkpoints").iterdir())
 
 
-@pytest.mark.parametrize(
-    "damage",
-    [truncate_a_shard, delete_the_rank_file, garble_the_metadata, plant_code_in_the_metadata],
-)
-def test_a_damaged_newest_checkpoint_resumes_from_the_previous_one(tmp_path, damage, caplog):
+DAMAGE = [truncate_a_shard, delete_the_rank_file, garble_the_metadata, plant_code_in_the_metadata]
+
+
+@pytest.mark.parametrize("manifest", [True, False], ids=["checksummed", "older"])
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_newest_checkpoint_resumes_from_the_previous_one(
+    tmp_path, damage, manifest, caplog
+):
     save_steps_2_and_4(tmp_path)
-    damage(tmp_path / "checkpoints" / "step_000004")
+    newest = tmp_path / "checkpoints" / "step_000004"
+    if not manifest:
+        drop_the_manifest(newest)
+    damage(newest)
     model, optimizer = tiny_model_and_optimizer()
     with caplog.at_level(logging.WARNING, logger="training.checkpoint"):
-        path, trainer_state, data_states = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
-    assert path.name == "step_000002"
-    assert trainer_state["step"] == 2 and list(data_states) == [{"batches": 2}]
+        found = resume(tmp_path, model, optimizer)
+    assert found.path.name == "step_000002" and found.damaged == [newest]
+    assert found.trainer_state["step"] == 2 and list(found.data_states) == [{"batches": 2}]
     assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
-    assert "step_000004 cannot be loaded" in caplog.text
+    assert "step_000004 cannot be loaded: " in caplog.text
     assert not (tmp_path / "marker").exists()
 
 
-def test_whatever_a_failed_load_wrote_the_previous_checkpoint_overwrites(tmp_path):
+def flip_a_byte_of_a_shard(path) -> None:
+    shard = path / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_is_damage_its_checksum_finds(tmp_path):
+    """The same size, one byte different: only the checksum recorded at save time tells."""
+    save_steps_2_and_4(tmp_path)
+    flip_a_byte_of_a_shard(tmp_path / "checkpoints" / "step_000004")
+    model, optimizer = tiny_model_and_optimizer()
+    found = resume(tmp_path, model, optimizer)
+    assert found.path.name == "step_000002"
+    assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
+
+
+def test_a_checkpoint_without_a_manifest_loads_as_before(tmp_path):
+    save_steps_2_and_4(tmp_path)
+    for path in checkpoint.complete_checkpoints(tmp_path):
+        drop_the_manifest(path)
+    model, optimizer = tiny_model_and_optimizer()
+    found = resume(tmp_path, model, optimizer)
+    assert found.path.name == "step_000004" and found.damaged == []
+
+
+def test_the_manifest_lists_every_file_with_its_size(tmp_path):
+    save_steps_2_and_4(tmp_path)
+    path = tmp_path / "checkpoints" / "step_000004"
+    files = json.loads((path / "manifest.json").read_text())["files"]
+    on_disk = {p.name: p.stat().st_size for p in path.iterdir() if p.name != "manifest.json"}
+    assert {name: entry["size"] for name, entry in files.items()} == on_disk
+    assert {".metadata", "__0_0.distcp", "rank_00000.pt", "trainer.json"} <= set(files)
+
+
+def test_a_damaged_checkpoint_is_found_before_a_byte_is_loaded_and_the_fallback_is_whole(
+    tmp_path,
+):
     save_steps_2_and_4(tmp_path)
     truncate_a_shard(tmp_path / "checkpoints" / "step_000004")
     model, optimizer = tiny_model_and_optimizer()
     before = [p.detach().clone() for p in model.parameters()]
-    with pytest.raises(RuntimeError):
+    with pytest.raises(checkpoint.DamagedCheckpointError, match="were written"):
         checkpoint.load(tmp_path / "checkpoints" / "step_000004", model, optimizer, ENV)
-    changed = [not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True)]
-    assert any(changed), "the damaged load should have written part of the model"
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
 
-    checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+    resume(tmp_path, model, optimizer)
     reference, reference_optimizer = tiny_model_and_optimizer()
     checkpoint.load(tmp_path / "checkpoints" / "step_000002", reference, reference_optimizer, ENV)
     for name, tensor in reference.state_dict().items():
@@ -101,18 +158,19 @@ def test_when_no_checkpoint_loads_it_says_why_for_each_and_renames_none(tmp_path
     delete_the_rank_file(tmp_path / "checkpoints" / "step_000002")
     model, optimizer = tiny_model_and_optimizer()
     with pytest.raises(checkpoint.NoLoadableCheckpointError) as error:
-        checkpoint.load_latest(tmp_path, model, optimizer, ENV)
+        resume(tmp_path, model, optimizer)
     message = str(error.value)
     assert "none of its 2 checkpoints can be loaded; refusing to start over from step 0" in message
-    assert "step_000004: RuntimeError: PytorchStreamReader" in message
-    assert "step_000002: FileNotFoundError:" in message and "rank_00000.pt is missing" in message
+    assert "step_000004: DamagedCheckpointError:" in message and "were written" in message
+    assert "step_000002: DamagedCheckpointError:" in message
+    assert "rank_00000.pt is missing" in message
     # a requeued job must fail the same way, not find no checkpoint and start from step 0
     assert names(tmp_path) == ["step_000002", "step_000004"]
 
 
 def test_a_run_without_checkpoints_starts_fresh(tmp_path):
     model, optimizer = tiny_model_and_optimizer()
-    assert checkpoint.load_latest(tmp_path, model, optimizer, ENV) is None
+    assert resume(tmp_path, model, optimizer) is None
 
 
 def test_another_world_size_loads_every_ranks_data_state(tmp_path):
@@ -124,14 +182,15 @@ def test_another_world_size_loads_every_ranks_data_state(tmp_path):
         for rank in (0, 1):
             data = {**extra["data"], "rank": rank}
             torch.save({**extra, "data": data, "world_size": 2}, path / f"rank_{rank:05d}.pt")
+        drop_the_manifest(path)  # the rank files were rewritten after it
     model, optimizer = tiny_model_and_optimizer()
-    path, trainer_state, data_states = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
-    assert path.name == "step_000004" and trainer_state["step"] == 4
-    assert list(data_states) == [{"batches": 4, "rank": 0}, {"batches": 4, "rank": 1}]
+    found = resume(tmp_path, model, optimizer)
+    assert found.path.name == "step_000004" and found.trainer_state["step"] == 4
+    assert list(found.data_states) == [{"batches": 4, "rank": 0}, {"batches": 4, "rank": 1}]
     # every old rank's data state is needed: a checkpoint that lost one is damaged
-    (path / "rank_00001.pt").unlink()
-    path, _, data_states = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
-    assert path.name == "step_000002" and data_states[1] == {"batches": 2, "rank": 1}
+    (found.path / "rank_00001.pt").unlink()
+    found = resume(tmp_path, model, optimizer)
+    assert found.path.name == "step_000002" and found.data_states[1] == {"batches": 2, "rank": 1}
     assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
 
 
@@ -143,7 +202,7 @@ def test_a_resume_on_the_same_layout_reads_only_its_own_rank_file(tmp_path, monk
 
     from data import needs_every_rank
 
-    loading = importlib.import_module("training.checkpoint.load")
+    loading = importlib.import_module("training.checkpoint.rank_files")
     save_steps_2_and_4(tmp_path)
     path = tmp_path / "checkpoints" / "step_000004"
     extra = torch.load(path / "rank_00000.pt", weights_only=True)
@@ -161,7 +220,7 @@ def test_a_resume_on_the_same_layout_reads_only_its_own_rank_file(tmp_path, monk
             dataset=SimpleNamespace(world_size=world_size), num_workers=workers
         )
         read.clear()
-        return loading._rank_files(
+        return loading.read_rank_files(
             path, rank_1_of_3, lambda n, own: needs_every_rank(loader, n, own)
         )
 
@@ -174,11 +233,13 @@ def test_a_resume_on_the_same_layout_reads_only_its_own_rank_file(tmp_path, monk
     assert sorted(read) == ["rank_00000.pt", "rank_00001.pt", "rank_00002.pt"]
     assert list(every_rank) == [{"rank": 0}, {"rank": 1}, {"rank": 2}]
     torch.save({**extra, "data": {}, "world_size": 2}, path / "rank_00002.pt")
-    with pytest.raises(ValueError, match=r"rank_00002\.pt says 2 processes wrote the checkpoint"):
+    with pytest.raises(
+        checkpoint.DamagedCheckpointError, match=r"rank_00002\.pt says 2 processes wrote"
+    ):
         rank_files(3, 2)
     # a missing file is damage found up front, whichever files this rank would read
     (path / "rank_00002.pt").unlink()
-    with pytest.raises(FileNotFoundError, match=r"rank_00002\.pt is missing"):
+    with pytest.raises(checkpoint.DamagedCheckpointError, match=r"rank_00002\.pt is missing"):
         rank_files(3, 0)
     # another world size (written by 2, read by 3): every file up front
     for rank in (0, 1):
@@ -203,8 +264,12 @@ def two_ranks_resume(rank: int, run_dir: str) -> None:
         (Path(run_dir) / "checkpoints" / "step_000004" / "rank_00001.pt").unlink()
     dist.barrier()
     model, optimizer = tiny_model_and_optimizer()
-    path, trainer_state, data_states = checkpoint.load_latest(run_dir, model, optimizer, env)
-    result = {"path": path.name, "step": trainer_state["step"], "data": list(data_states)}
+    found = resume(run_dir, model, optimizer, env)
+    result = {
+        "path": found.path.name,
+        "step": found.trainer_state["step"],
+        "data": list(found.data_states),
+    }
     (Path(run_dir) / f"result_{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 
@@ -237,6 +302,9 @@ def test_evaluation_skips_a_damaged_newest_checkpoint_and_leaves_it_in_place(tmp
         _, _, step = load_trained_model(tmp_path)
     assert step == 2 and "skipping" in caplog.text and "step_000004" in caplog.text
     assert names(tmp_path) == ["step_000002", "step_000004"]  # eval only reads
+    with pytest.raises(checkpoint.DamagedCheckpointError, match=r"\.metadata has \d+ bytes"):
+        load_trained_model(tmp_path, step=4)
+    drop_the_manifest(tmp_path / "checkpoints" / "step_000004")  # as an older checkpoint
     with pytest.raises(pickle.UnpicklingError, match="refusing to unpickle"):
         load_trained_model(tmp_path, step=4)
     assert not (tmp_path / "marker").exists()
@@ -272,8 +340,8 @@ def test_a_passing_io_error_is_retried_before_the_checkpoint_counts_as_damaged(
     calls = reads_failing_with_eio(monkeypatch, lambda path, n: n <= 2)  # the third read works
     model, optimizer = tiny_model_and_optimizer()
     with caplog.at_level(logging.WARNING, logger="training.checkpoint"):
-        path, trainer_state, _ = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
-    assert path.name == "step_000004" and trainer_state["step"] == 4
+        found = resume(tmp_path, model, optimizer)
+    assert found.path.name == "step_000004" and found.trainer_state["step"] == 4
     assert calls == ["step_000004"] * 3
     assert names(tmp_path) == ["step_000002", "step_000004"]
     assert "I/O error" in caplog.text and "trying again" in caplog.text
@@ -283,7 +351,7 @@ def test_an_io_error_that_does_not_pass_falls_back_after_the_retries(tmp_path, m
     save_steps_2_and_4(tmp_path)
     calls = reads_failing_with_eio(monkeypatch, lambda path, n: path.name == "step_000004")
     model, optimizer = tiny_model_and_optimizer()
-    path, _, _ = checkpoint.load_latest(tmp_path, model, optimizer, ENV)
-    assert path.name == "step_000002"
+    found = resume(tmp_path, model, optimizer)
+    assert found.path.name == "step_000002"
     assert calls == ["step_000004"] * (1 + LOADING.IO_RETRIES) + ["step_000002"]
     assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]

@@ -22,7 +22,7 @@ from data import build_loader, load_tokenizer, needs_every_rank, restore_loader
 from data import counters as data_counters
 from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint
-from training.axes import refuse_other_runs_checkpoints, write_run_files
+from training.axes import write_run_files
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
 from training.components import Instrument, Periodic, PeriodicWork, TrainerState
 from training.config import ConfigError, ExperimentConfig, validate
@@ -36,7 +36,8 @@ from training.instruments.metrics import (
 )
 from training.instruments.profiling import StepProfiler
 from training.instruments.spikes import SpikeMonitor
-from training.optim import build_optimizer, reapply_config, set_learning_rate
+from training.optim import build_optimizer, set_learning_rate
+from training.resume_rules import refuse_fixed_changes
 from training.runtime import distributed
 from training.runtime.parallelize import parallelize, plan_from_config
 from training.runtime.preemption import (
@@ -98,6 +99,7 @@ class Trainer:
             config, self.env, self.model, self.tokenizer, self.run_dir, downstream
         )
         self.step, self.tokens = 0, 0
+        self.resumed_at: int | None = None  # the checkpoint's step, when the start resumed one
         spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
         self.health = StepHealth(t.max_bad_steps, spikes, t.spike_skip, t.spike_skip_limit)
         self.profiler = StepProfiler(t.profile_steps, t.run_dir, self.env.rank, self.env.device)
@@ -137,19 +139,21 @@ class Trainer:
     # ----------------------------------------------------------------------------------------
     def run(self) -> int:
         env, t = self.env, self.config.trainer
-        refuse_other_runs_checkpoints(self.run_dir, self.config)  # before anything is written
-        # every rank has read the old axes.json and config.yaml before rank 0 rewrites them: a
-        # rank reading a half-written file would fail while the others wait at the barrier
-        distributed.barrier()
+        # every check that can refuse this start against the run directory (the newest
+        # checkpoint's config and bytes, the load itself) runs before the first byte is written
+        self._resume()
         if env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_run_files(self.run_dir, self.config, self.config_yaml)
         distributed.barrier()
         checkpoint.remove_crashed_saves(self.run_dir, env)
-        self._resume()
         if env.is_main:
             self.logger = MetricsLogger(
-                self.run_dir, self.config.logging.wandb, self._config_dict(), self.config.name
+                self.run_dir,
+                self.config.logging.wandb,
+                self._config_dict(),
+                self.config.name,
+                resumed_at=self.resumed_at,
             )
             self._announce()
         self.preemption.install()
@@ -348,26 +352,40 @@ class Trainer:
         )
 
     def _resume(self) -> None:
-        """The newest checkpoint that loads (a damaged one is set aside, never a silent restart)."""
+        """The newest checkpoint whose bytes are intact, if this run may resume it; a damaged
+        one is set aside, an intact one that does not fit stops the run (checkpoint.load)."""
         found = checkpoint.load_latest(
             self.run_dir,
             self.model.wrapped,
             self.optimizer,
             self.env,
             needs_every_rank=functools.partial(needs_every_rank, self.loader),
+            accept=self._may_resume,
         )
         if found is None:
             return
-        path, state, every_rank_data = found
-        restore_loader(self.loader, every_rank_data)  # data decides: as saved, or re-partitioned
-        self.step, self.tokens = state["step"], state["tokens"]
-        self.state.load_state_dict(state)
-        # the config's optimizer settings, not the checkpoint's (the config says what runs)
-        changes = reapply_config(self.optimizer, self.model.bare, self.config.optim)
+        restore_loader(self.loader, found.data_states)  # data decides: as saved, or re-partitioned
+        self.step, self.tokens = found.trainer_state["step"], found.trainer_state["tokens"]
+        self.resumed_at = self.step
+        self.state.load_state_dict(found.trainer_state)
+        for damaged in found.damaged:
+            checkpoint.set_aside(damaged, self.env)
         if self.env.is_main:
-            log.info("resumed from %s at step %d", path, self.step)
-            for change in changes:
+            log.info("resumed from %s at step %d", found.path, self.step)
+            for change in found.changed_settings:
                 log.warning("resumed with the config's optimizer setting: %s", change)
+
+    def _may_resume(self, path: Path) -> None:
+        """Refuse a checkpoint whose run had other values for what a resume may not change
+        (``training.resume_rules``), compared with the config it holds itself."""
+        where = path / checkpoint.CONFIG_FILE
+        if not where.is_file() or not where.stat().st_size:
+            return  # nothing recorded to compare with
+        try:
+            saved = checkpoint.checkpoint_config(path)
+        except Exception as error:
+            raise ConfigError(f"{where} cannot be read to compare with ({error})") from error
+        refuse_fixed_changes(saved, self.config, where)
 
     def release_model(self) -> None:
         """Drop the model and optimizer while the process group still exists.

@@ -1,4 +1,9 @@
-"""Read back what a training run left: its config and its trained model, for eval and export."""
+"""Read back what a training run left: its config and its trained model, for eval and export.
+
+A run's configuration is that of its newest checkpoint (each checkpoint holds the config of the
+run that wrote it), so a later start that was refused, or one that changed what a resume may
+change, never makes a reader take settings the weights were not trained with.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from omegaconf import OmegaConf
 
 from data import load_tokenizer
 from model import Llama
+from training.checkpoint import integrity
 from training.checkpoint.layout import (
     CONFIG_FILE,
     complete_checkpoints,
@@ -19,8 +25,10 @@ from training.checkpoint.layout import (
 from training.checkpoint.load import NoLoadableCheckpointError, is_damage
 from training.checkpoint.unpickling import dcp_load
 from training.config import ExperimentConfig, to_experiment
+from training.runtime.distributed import Env
 
 log = logging.getLogger(__name__)
+_ONE_PROCESS = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
 
 # keys renamed since runs were written: (section, old name, new name)
@@ -33,10 +41,32 @@ RENAMED_VALUES = [
 
 
 def run_config(run_dir: str | Path) -> ExperimentConfig:
-    """The resolved config a run saved (``config.yaml``), checked against today's schema."""
+    """The run's config: its newest checkpoint's, or the run directory's ``config.yaml`` while
+    it has no checkpoint, checked against today's schema."""
+    for checkpoint in reversed(complete_checkpoints(run_dir)):
+        if _holds_config(checkpoint):
+            try:
+                return checkpoint_config(checkpoint)
+            except Exception as error:  # damaged: the one before says what ran
+                log.warning("%s cannot be read (%s)", checkpoint / CONFIG_FILE, error)
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory: no {CONFIG_FILE}")
+    return config_from_file(path)
+
+
+def _holds_config(checkpoint: Path) -> bool:
+    file = checkpoint / CONFIG_FILE
+    return file.is_file() and file.stat().st_size > 0
+
+
+def checkpoint_config(checkpoint: Path) -> ExperimentConfig:
+    """The config of the run that wrote ``checkpoint``."""
+    return config_from_file(checkpoint / CONFIG_FILE)
+
+
+def config_from_file(path: Path) -> ExperimentConfig:
+    """A saved ``config.yaml``, its renamed keys and values brought up to date."""
     saved = OmegaConf.load(path)
     for section, old, new in RENAMED_KEYS:
         node = saved.get(section)
@@ -71,18 +101,18 @@ def checkpoint_path(run_dir: str | Path, step: int | None = None) -> Path:
 def load_trained_model(
     run_dir: str | Path, step: int | None = None, device: str | torch.device = "cpu"
 ) -> tuple[Llama, ExperimentConfig, int]:
-    """The run's model with a checkpoint's weights, unwrapped, and the checkpoint's step.
+    """The run's model with a checkpoint's weights, unwrapped, with the config of the run that
+    wrote that checkpoint, and the checkpoint's step.
 
     With ``step``, that checkpoint or an error. Without, the newest checkpoint that loads: one
-    that does not (a truncated shard, bad metadata) is skipped with a warning and the one
-    before it is used. Unlike the trainer's resume, evaluation and export never rename it:
+    whose bytes are damaged (``training.checkpoint.integrity``) is skipped with a warning and
+    the one before it is used. Unlike the trainer's resume, evaluation and export never rename it:
     they only read the run directory, possibly while the run is still training; the trainer
     sets it aside as ``.corrupt`` on its next resume. Nothing in the files runs code
     (``training.checkpoint.unpickling``). Works in a single process for checkpoints written by
     any world size (DCP reshards).
     """
-    config = run_config(run_dir)
-    vocab = load_tokenizer(config.data.tokenizer).vocab_size
+    fallback = run_config(run_dir)
     if step is not None:
         candidates = [checkpoint_path(run_dir, step)]
     else:
@@ -91,9 +121,12 @@ def load_trained_model(
             raise FileNotFoundError(f"{run_dir} has no complete checkpoint")
     failures: list[tuple[Path, str]] = []
     for path in candidates:
-        model = Llama(config.model.with_vocab_from_tokenizer(vocab))
-        state = {"model": model.state_dict()}
         try:
+            integrity.verify(path, _ONE_PROCESS)
+            config = checkpoint_config(path) if _holds_config(path) else fallback
+            vocab = load_tokenizer(config.data.tokenizer).vocab_size
+            model = Llama(config.model.with_vocab_from_tokenizer(vocab))
+            state = {"model": model.state_dict()}
             with single_process_is_intended():
                 dcp_load(state, path)
             model.load_state_dict(state["model"])

@@ -13,6 +13,12 @@ step (one all-reduce while a save is in flight) and the checkpoint is published 
 rank has finished; at most one save is in flight (a new save, the end of the run and a
 preemption first wait for the previous one).
 
+Before publishing, every file's size and checksum goes into ``manifest.json``
+(``training.checkpoint.integrity``): each rank checksums what it wrote (in the background thread
+for asynchronous saves), so that a resume can tell damaged bytes from a checkpoint this run
+cannot use. The optimizer's state is saved by parameter name
+(``training.checkpoint.optimizer_state``), so any world size can resume it.
+
 A failed write (a full disk, a storage error) raises :class:`CheckpointWriteError` naming the
 checkpoint and the newest intact one; its ``.tmp`` directory is removed.
 """
@@ -25,7 +31,7 @@ import os
 import shutil
 import time
 import warnings
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +39,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import get_state_dict
 
+from training.checkpoint.integrity import checksum_own_files, write_manifest
 from training.checkpoint.layout import (
     CONFIG_FILE,
     TRAINER_FILE,
@@ -44,6 +50,7 @@ from training.checkpoint.layout import (
     single_process_is_intended,
     step_dir_name,
 )
+from training.checkpoint.optimizer_state import state_to_save
 from training.checkpoint.rng import rng_state
 from training.runtime import distributed
 from training.runtime.distributed import Env
@@ -83,6 +90,8 @@ class CheckpointWriter:
         self.stall_s = 0.0
         self.saves = 0
         self.group = None
+        # waits for DCP's background write, then checksums this rank's files, off the loop
+        self.background = ThreadPoolExecutor(1, "checkpoint-checksums") if asynchronous else None
         if asynchronous and dist.is_initialized():
             self.group = dist.new_group(backend="gloo")
         elif asynchronous:  # the background write warns outside single_process_is_intended()
@@ -102,6 +111,7 @@ class CheckpointWriter:
         self.wait()
         started = time.perf_counter()
         root = checkpoint_root(self.run_dir)
+        rank = self.env.rank
         tmp = root / f"{step_dir_name(step)}.tmp"
         if self.env.is_main:
             shutil.rmtree(tmp, ignore_errors=True)  # a leftover from a crashed save
@@ -116,13 +126,16 @@ class CheckpointWriter:
         if distributed.any_rank(failed is not None, self.env.device):  # all ranks stop alike
             self._failed(step, tmp, failed or RuntimeError("failed on another rank"))
         try:
-            model_state, optim_state = get_state_dict(model, optimizer)
-            state = {"model": model_state, "optim": optim_state}
+            state = state_to_save(model, optimizer)
             with single_process_is_intended():
                 if self.asynchronous:
-                    future = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self.group)
+                    written = dcp.async_save(
+                        state, checkpoint_id=str(tmp), process_group=self.group
+                    )
+                    future = self.background.submit(_checksums_once_written, written, tmp, rank)
                 else:
                     dcp.save(state, checkpoint_id=str(tmp))
+                    own = checksum_own_files(tmp, rank)
         except BaseException as error:  # DCP's CheckpointException derives from BaseException
             if not isinstance(error, Exception | CheckpointException):
                 raise
@@ -134,7 +147,7 @@ class CheckpointWriter:
             if crash_before_publish:  # fault injection: die while the write is in flight
                 os._exit(EXIT_CRASH_INJECTED)
         else:
-            self._publish(step, tmp, crash_before_publish)
+            self._publish(step, tmp, own, crash_before_publish)
         return root / step_dir_name(step)
 
     def poll(self) -> None:
@@ -151,8 +164,9 @@ class CheckpointWriter:
         if flight is None:
             return
         started = time.perf_counter()
+        own: dict = {}
         try:
-            flight.future.result()
+            own = flight.future.result()
         except BaseException as error:
             if not isinstance(error, Exception | CheckpointException):
                 raise
@@ -162,7 +176,7 @@ class CheckpointWriter:
         if distributed.any_rank(failed is not None, self.env.device):
             self._failed(flight.step, flight.tmp, failed or RuntimeError("failed on another rank"))
         self.stall_s += time.perf_counter() - started
-        self._publish(flight.step, flight.tmp, False)
+        self._publish(flight.step, flight.tmp, own, False)
 
     def _write_small_files(self, tmp: Path, trainer_state, data_state, config_yaml) -> None:
         with open(rank_file(tmp, self.env.rank), "wb") as f:
@@ -179,8 +193,17 @@ class CheckpointWriter:
                     f.write(text)
                     flush_to_disk(f)
 
-    def _publish(self, step: int, tmp: Path, crash_before_publish: bool) -> None:
-        distributed.barrier()
+    def _publish(self, step: int, tmp: Path, own: dict, crash_before_publish: bool) -> None:
+        """The manifest, then the rename that makes the checkpoint visible (``own``: this
+        rank's files' checksums)."""
+        try:
+            write_manifest(tmp, own, self.env, flush_to_disk)
+        except OSError as error:
+            failed = error
+        else:
+            failed = None
+        if distributed.any_rank(failed is not None, self.env.device):
+            self._failed(step, tmp, failed or RuntimeError("failed on another rank"))
         if crash_before_publish:  # fault injection: every part written, nothing published
             os._exit(EXIT_CRASH_INJECTED)
         final = tmp.with_name(step_dir_name(step))
@@ -203,6 +226,11 @@ class CheckpointWriter:
             f"({type(cause).__name__}: {cause}); {kept}. Free space or fix the storage, then "
             "rerun the same command to resume."
         ) from error
+
+
+def _checksums_once_written(written: Future, tmp: Path, rank: int) -> dict:
+    written.result()
+    return checksum_own_files(tmp, rank)
 
 
 def flush_to_disk(f) -> None:

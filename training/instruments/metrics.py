@@ -63,11 +63,61 @@ def alpha_scalars(per_layer: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-class MetricsLogger:
-    """Rank 0 only: console lines, metrics.jsonl, and wandb when enabled."""
+SUPERSEDED_FILE = "metrics.superseded.jsonl"
 
-    def __init__(self, run_dir: Path, wandb_config: WandbConfig, config_dict: dict, name: str):
+
+def supersede_records_after(path: Path, resumed_at: int | None) -> int | None:
+    """Move the records a resume will log again out of ``metrics.jsonl``; return the highest
+    step logged so far (None: none).
+
+    A run resumed at step S trains S+1, S+2, ... again: what the interrupted attempt logged
+    past S (or anything, on a fresh start, ``resumed_at`` None) would otherwise be there twice.
+    Those records go to ``metrics.superseded.jsonl`` (kept for a post-mortem, never read by the
+    reports), a line cut short by a kill with them, and ``metrics.jsonl`` is rewritten whole
+    (a temporary file renamed over it), so every reader sees each step once.
+    """
+    if not path.is_file():
+        return None
+    kept, superseded, highest = [], [], None
+    for line in path.read_text().splitlines():
+        try:
+            step = int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            superseded.append(line)  # cut short: the process died while writing it
+            continue
+        highest = step if highest is None else max(highest, step)
+        keep = resumed_at is not None and step <= resumed_at
+        (kept if keep else superseded).append(line)
+    if superseded:
+        with open(path.with_name(SUPERSEDED_FILE), "a") as f:
+            f.write(json.dumps({"superseded_at_resume_from": resumed_at}) + "\n")
+            f.writelines(line + "\n" for line in superseded)
+        tmp = path.with_name(f"{path.name}.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(path)
+    return highest
+
+
+class MetricsLogger:
+    """Rank 0 only: console lines, metrics.jsonl, and wandb when enabled.
+
+    ``resumed_at``: the step a resume starts from (None: a fresh start); what was logged past
+    it is superseded (:func:`supersede_records_after`), and wandb, which keeps what it was sent,
+    is not sent again the steps it already has (it would drop them with a warning): it shows
+    the first attempt's values for those, ``metrics.jsonl`` the resumed run's.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        wandb_config: WandbConfig,
+        config_dict: dict,
+        name: str,
+        resumed_at: int | None = None,
+    ):
         self.path = run_dir / "metrics.jsonl"
+        highest = supersede_records_after(self.path, resumed_at)
+        self.wandb_has_through = -1 if highest is None else highest
         self.file = self.path.open("a")
         self.wandb = None
         if wandb_config.mode != "disabled":
@@ -93,7 +143,7 @@ class MetricsLogger:
         record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
-        if self.wandb is not None:
+        if self.wandb is not None and step > self.wandb_has_through:
             self.wandb.log(metrics, step=step)
         if console:
             print(format_line(step, metrics), file=sys.stdout, flush=True)
@@ -101,6 +151,8 @@ class MetricsLogger:
     def log_alpha_table(self, step: int, per_layer: list[dict[str, float]]) -> None:
         """The paper's learned-alpha-by-depth figure as a wandb table and line plot."""
         if self.wandb is None or not per_layer or not per_layer[0]:
+            return
+        if step <= self.wandb_has_through:
             return
         import wandb
 

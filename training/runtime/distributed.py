@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -112,6 +113,15 @@ def _all_reduce(values: list[float], device: torch.device, op: str) -> list[floa
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
     return t.tolist()
+
+
+def gather_objects(value: Any) -> list[Any]:
+    """Every rank's ``value`` (picklable), in rank order, on every rank; ``[value]`` alone."""
+    if not dist.is_initialized():
+        return [value]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
 
 
 def any_rank(flag: bool, device: torch.device) -> bool:
