@@ -19,6 +19,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from eval.downstream import during_training
+from training.checkpoint import IncompatibleCheckpointError, NoLoadableCheckpointError
 from training.config import ConfigError, ExperimentConfig, register_configs, to_experiment
 from training.loop import train
 
@@ -57,6 +58,8 @@ def main(cfg: DictConfig) -> None:
         code = train(config, OmegaConf.to_yaml(cfg, resolve=True), downstream=during_training)
     except ConfigError as error:  # settings that depend on each other, or on the run directory
         sys.exit(f"invalid configuration: {error}")
+    except (IncompatibleCheckpointError, NoLoadableCheckpointError) as error:  # nothing changed
+        sys.exit(f"cannot resume: {error}")
     except BaseException:
         end_failed_run_within(FAILED_EXIT_DEADLINE_S)
         raise

@@ -2,16 +2,28 @@
 
 The source-specific settings (the Hub's retries, the text column, the score filter) sit here
 too, beside the shared ones, so that Hydra checks them all in one schema; a source reads the
-ones it needs (``data.registry``). The lowest value of each integer knob is in
-``training.config.BOUNDS``, which checks every package's ranges in one place."""
+ones it needs (``data.registry``). Every check of the data's keys lives here: the values in
+``__post_init__`` (refused when the config is composed), the files they name in
+:meth:`DataConfig.check_inputs` (before a run starts; a reader of a finished run on another
+machine does not need the data)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from data.paths import expand_paths
 from data.registry import get_source
 
 TOKENIZERS = ("mistral_nemo", "llama3", "hf", "sentencepiece", "bytes")
+
+# the smallest value of each numeric knob
+BOUNDS = {
+    "seq_len": 1,
+    "validation_documents": 0,
+    "num_workers": 0,
+    "hub_retries": 0,
+    "hub_backoff_s": 0,
+}
 
 
 @dataclass
@@ -89,6 +101,21 @@ class DataConfig:
     def __post_init__(self) -> None:
         if isinstance(self.tokenizer, dict):
             self.tokenizer = TokenizerConfig(**self.tokenizer)
+        for key, minimum in BOUNDS.items():
+            if getattr(self, key) < minimum:
+                rule = "positive" if minimum == 1 else f">= {minimum}"
+                raise ValueError(f"data.{key} must be {rule}, got {getattr(self, key)}")
         if get_source(self.source).needs_paths and not self.paths:
             raise ValueError(f"data.paths must list files (globs) for data.source={self.source}")
-        # value ranges are checked with every other knob's (training.config.BOUNDS)
+
+    def check_inputs(self) -> None:
+        """The files ``data.paths`` names exist: each pattern matches at least one file of the
+        source's kinds. Raises ValueError naming the key and the pattern."""
+        suffixes = get_source(self.source).path_suffixes
+        if not suffixes:
+            return
+        for pattern in self.paths:
+            try:
+                expand_paths([pattern], suffixes)
+            except FileNotFoundError as error:
+                raise ValueError(str(error)) from None

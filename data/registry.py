@@ -47,6 +47,8 @@ class DataSource:
             as ``[BOS] ids EOS``, in order, as ``(tokens, counters)`` chunks; ``None`` for a
             source that cannot be pretokenized (it already is).
         needs_paths: ``data.paths`` must list files.
+        path_suffixes: the kinds of file ``data.paths`` may match (``.parquet``, ``.bin``...);
+            each pattern must match one before a run starts (``DataConfig.check_inputs``).
         repartition: ``(config, old states, n_new)`` -> the states of ``n_new`` streams that
             go on from the ``old`` streams' (one per old stream, in stream order; None: never
             ran), by the rule of ``data.repartition``: a resume on another world size or
@@ -60,6 +62,7 @@ class DataSource:
     validation: Callable[[Config], Iterator[Window]]
     pretokenize: Callable[[Config, int], Iterator[tuple[np.ndarray, Counter]]] | None = None
     needs_paths: bool = False
+    path_suffixes: tuple[str, ...] = ()
     repartition: Callable[[Config, list[dict | None], int], list[dict | None]] | None = None
 
 

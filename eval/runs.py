@@ -75,7 +75,7 @@ def read_run(path: str | Path) -> Run:
         lr=config.optim.lr,
         seed=config.trainer.seed,
         params=count.total - count.embedding - count.lm_head,
-        tokens_per_step=config.trainer.global_batch * config.data.seq_len,
+        tokens_per_step=config.sequences_per_step * config.data.seq_len,
         val={r["step"]: r["val/loss"] for r in records if "val/loss" in r},
         steps=config.trainer.steps,
         stable_end=stable_end,

@@ -1,8 +1,8 @@
 """The model's configuration: every architectural knob, its type, default and meaning.
 
-Checks of one field against another of the model live here (``__post_init__``); the lowest
-value of each integer knob is in ``training.config.BOUNDS``, which checks every package's
-ranges in one place before a run starts."""
+Every check of the model's keys lives here (``__post_init__``: each knob's range in
+:data:`BOUNDS`, then the fields against each other), so a config that cannot build a model is
+refused when it is composed, naming the key, before a run starts."""
 
 from __future__ import annotations
 
@@ -23,6 +23,20 @@ def pad_vocab(size: int, multiple: int) -> int:
 
 
 PARAMETRIZATIONS = ("standard", "mup")
+
+# the smallest value of each integer knob (None-able ones are checked when set)
+BOUNDS = {
+    "vocab_size": 1,
+    "dim": 1,
+    "n_layers": 1,
+    "n_heads": 1,
+    "gated_hidden": 1,
+    "mlp_hidden": 1,
+    "max_seq_len": 1,
+    "init_reference_dim": 1,
+    "vocab_multiple": 1,
+    "loss_chunk_tokens": 1,
+}
 
 
 @dataclass
@@ -99,8 +113,11 @@ class ModelConfig:
     mup_base_dim: int | None = None
 
     def __post_init__(self) -> None:
-        # value ranges are checked with every other knob's (training.config.BOUNDS)
-        if self.n_heads <= 0 or self.dim % self.n_heads:
+        for key, minimum in BOUNDS.items():
+            value = getattr(self, key)
+            if value is not None and value < minimum:
+                raise ValueError(f"model.{key} must be positive, got {value}")
+        if self.dim % self.n_heads:
             raise ValueError(
                 f"model.dim={self.dim} is not divisible by model.n_heads={self.n_heads}"
             )

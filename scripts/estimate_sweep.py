@@ -29,7 +29,7 @@ def job_cost(overrides: list[str]) -> dict:
     config = resolve(overrides)
     model = config.model.with_vocab_from_tokenizer(load_tokenizer(config.data.tokenizer).vocab_size)
     params = count_parameters(model).total
-    tokens = config.trainer.steps * config.trainer.global_batch * config.data.seq_len
+    tokens = config.trainer.steps * config.sequences_per_step * config.data.seq_len
     flops = training_flops_per_token(model, config.data.seq_len) * tokens
     return {
         "model": f"{model.dim}x{model.n_layers}",

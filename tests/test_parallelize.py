@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from model import Llama, ModelConfig
-from training.config import TrainerConfig, validate
+from training.checks import check_config
+from training.config import TrainerConfig
 from training.runtime.distributed import Env
 from training.runtime.parallelize import ParallelPlan, parallelize, plan_from_config
 
@@ -118,7 +119,7 @@ def test_unknown_checkpointing_mode_is_an_error_naming_the_key():
 
     config = ExperimentConfig(trainer=TrainerConfig(activation_checkpointing="some"))
     with pytest.raises(ValueError, match=r"trainer\.activation_checkpointing='some'"):
-        validate(config)
+        check_config(config)
     with pytest.raises(ValueError, match="checkpointing='some'"):
         ParallelPlan(activation_checkpointing="some")
 

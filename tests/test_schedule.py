@@ -10,13 +10,13 @@ from omegaconf import OmegaConf
 
 from scripts.results_table import summarise
 from training import schedule as schedules
+from training.checks import check_config as validate
 from training.config import (
     ConfigError,
     ExperimentConfig,
     OptimConfig,
     ScheduleConfig,
     TrainerConfig,
-    validate,
 )
 from training.schedule import (
     Schedule,

@@ -1,8 +1,9 @@
 """The trainer's configuration schema: dataclasses registered in Hydra's ConfigStore.
 
 Hydra YAML files only set values; these dataclasses say what exists, its type and meaning. An
-unknown key or a wrong type fails at composition; ``validate`` then checks the settings that
-depend on each other, before any model is built or any file written.
+unknown key or a wrong type fails at composition, and so does a model or data value that cannot
+work (their dataclasses check themselves); ``training.checks.check_config`` then checks
+everything else, before any model is built or any file written.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class OptimConfig:
 class ScheduleConfig:
     """Attributes:
     name: a schedule registered in ``training/schedule.py`` (``register_schedule``): ``wsd``
-        (warmup-stable-decay, the paper's main runs) or ``cosine`` (its ablations); ``validate``
+        (warmup-stable-decay, the paper's main runs) or ``cosine`` (its ablations); ``check_config``
         asks that registry, so a name unknown to it is refused at start-up.
     warmup_steps: linear warmup: step k (0-based) runs at ``lr * (k + 1) / warmup_steps``, so
         the first step takes ``lr / warmup_steps`` (none at 0) and step ``warmup_steps - 1``
@@ -109,8 +110,11 @@ class TrainerConfig:
     seed: model initialisation and everything else random.
     run_dir: where checkpoints, metrics.jsonl and the resolved config go.
     axes: the keys that say which run a run directory holds: written to ``axes.json`` in it,
-        and a run whose values differ from those of the checkpoints the directory holds refuses
-        to resume them (``training/axes.py``); ``scripts.sweep`` adds the keys it varies.
+        and a resume may not change them (``training/resume_rules.py``); ``scripts.sweep`` adds
+        the keys it varies.
+    allow_changes: keys that a resume may not change (``training/resume_rules.py``: the
+        model's, the data's, the axes) that this start changes on purpose, e.g.
+        ``[data.paths]`` after moving the files; empty: every such change is refused.
     checkpoint_every: steps between checkpoints (and one at the end); 0: only at the end.
     async_checkpoint: write checkpoints in the background while training goes on (the weights
         are first copied to CPU memory); published, as synchronous ones, only once complete.
@@ -165,6 +169,7 @@ class TrainerConfig:
     # deterministic, so that rerunning the same command (a requeued SLURM job) resumes
     run_dir: str = "runs/${name}-${model.activation}"
     axes: list[str] = field(default_factory=lambda: list(DEFAULT_AXES))
+    allow_changes: list[str] = field(default_factory=list)
     checkpoint_every: int = 50
     async_checkpoint: bool = False
     keep_checkpoints: int = 2
@@ -233,6 +238,16 @@ class ExperimentConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
+    @property
+    def sequences_per_step(self) -> int:
+        """The global batch in sequences: ``trainer.global_batch_tokens / data.seq_len`` when
+        the batch is given in tokens, else ``trainer.global_batch``. Computed, never written
+        back, so the config stays what was asked for."""
+        t = self.trainer
+        if t.global_batch_tokens is not None:
+            return t.global_batch_tokens // self.data.seq_len
+        return t.global_batch
+
 
 CHOICES = {
     "model.init_scaling": ("fixed", "width"),
@@ -244,20 +259,9 @@ CHOICES = {
 }
 
 
-# the smallest value of every integer knob: the one place such ranges are checked
+# the smallest value of each of the trainer's numeric knobs (the model's, the data's and the
+# schedule's are checked with their keys: model/config.py, data/config.py, training/schedule.py)
 BOUNDS = {
-    "model.dim": 1,
-    "model.n_layers": 1,
-    "model.n_heads": 1,
-    "model.gated_hidden": 1,
-    "model.max_seq_len": 1,
-    "model.init_reference_dim": 1,
-    "model.loss_chunk_tokens": 1,
-    "data.seq_len": 1,
-    "data.validation_documents": 0,
-    "data.num_workers": 0,
-    "data.hub_retries": 0,
-    "data.hub_backoff_s": 0,
     "trainer.steps": 1,
     "trainer.global_batch": 1,
     "trainer.micro_batch": 1,
@@ -273,8 +277,6 @@ BOUNDS = {
     "trainer.collective_timeout_s": 1,
     "logging.diagnostics_every": 0,
     "logging.grad_norms_every": 0,
-    "schedule.warmup_steps": 0,
-    "schedule.decay_steps": 0,
 }
 
 
@@ -292,11 +294,9 @@ def config_value(config: ExperimentConfig, dotted: str):
     return value
 
 
-def validate(config: ExperimentConfig, world_size: int = 1) -> None:
-    """Settings that depend on each other; raises ValueError naming the key.
-
-    Also resolves ``trainer.global_batch_tokens`` into ``trainer.global_batch``.
-    """
+def check_trainer(config: ExperimentConfig, world_size: int = 1) -> None:
+    """The trainer's, optimizer's and logging's keys, alone and against each other; raises
+    ConfigError naming the key. Changes nothing (``training.checks.check_config`` calls it)."""
     for key, allowed in CHOICES.items():
         if config_value(config, key) not in allowed:
             value = config_value(config, key)
@@ -305,25 +305,26 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
         if config_value(config, key) < minimum:
             rule = "positive" if minimum == 1 else f">= {minimum}"
             raise ConfigError(f"{key} must be {rule}, got {config_value(config, key)}")
-    t, s, o = config.trainer, config.schedule, config.optim
-    if t.global_batch_tokens is not None:
-        if t.global_batch_tokens <= 0 or t.global_batch_tokens % config.data.seq_len:
-            raise ConfigError(
-                f"trainer.global_batch_tokens={t.global_batch_tokens} is not a positive multiple "
-                f"of data.seq_len={config.data.seq_len}"
-            )
-        t.global_batch = t.global_batch_tokens // config.data.seq_len
-    per_step = t.micro_batch * world_size
-    if t.global_batch % per_step:
+    t, o = config.trainer, config.optim
+    if t.global_batch_tokens is not None and (
+        t.global_batch_tokens <= 0 or t.global_batch_tokens % config.data.seq_len
+    ):
         raise ConfigError(
-            f"trainer.global_batch={t.global_batch} is not divisible by trainer.micro_batch="
-            f"{t.micro_batch} x world size {world_size}"
+            f"trainer.global_batch_tokens={t.global_batch_tokens} is not a positive multiple "
+            f"of data.seq_len={config.data.seq_len}"
         )
-    # schedule.name against the schedule registry, then that schedule's own rules; imported
-    # here, as the schedules import this module (training/schedule.py says why)
-    from training.schedule import check_schedule
-
-    check_schedule(s, t.steps)
+    per_step = t.micro_batch * world_size
+    if config.sequences_per_step % per_step:
+        given = (
+            f"trainer.global_batch_tokens={t.global_batch_tokens} "
+            f"({config.sequences_per_step} sequences)"
+            if t.global_batch_tokens is not None
+            else f"trainer.global_batch={t.global_batch}"
+        )
+        raise ConfigError(
+            f"{given} is not divisible by trainer.micro_batch={t.micro_batch} x world size "
+            f"{world_size}"
+        )
     if o.scalar_lr_multiplier <= 0:
         raise ConfigError(
             f"optim.scalar_lr_multiplier must be positive, got {o.scalar_lr_multiplier}"
@@ -344,11 +345,12 @@ def validate(config: ExperimentConfig, world_size: int = 1) -> None:
     if not 0 <= o.min_lr <= o.lr:
         raise ConfigError(f"optim.min_lr={o.min_lr} must lie in [0, optim.lr={o.lr}]")
     parse_debug_signal(t.debug_signal)  # raises naming the key
-    for key in t.axes:
-        try:
-            config_value(config, key)
-        except ConfigError as error:
-            raise ConfigError(f"trainer.axes: {error}") from None
+    for name in ("axes", "allow_changes"):
+        for key in getattr(t, name):
+            try:
+                config_value(config, key)
+            except ConfigError as error:
+                raise ConfigError(f"trainer.{name}: {error}") from None
     if config.data.seq_len > config.model.max_seq_len:
         raise ConfigError(
             f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len="

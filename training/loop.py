@@ -25,7 +25,8 @@ from training import checkpoint
 from training.axes import write_run_files
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
 from training.components import Instrument, Periodic, PeriodicWork, TrainerState
-from training.config import ConfigError, ExperimentConfig, validate
+from training.checks import check_config
+from training.config import ConfigError, ExperimentConfig
 from training.instruments.grad_norms import per_layer_grad_norms
 from training.instruments.measurements import DownstreamEvaluator, Measurements
 from training.instruments.metrics import (
@@ -84,10 +85,11 @@ class Trainer:
                 "training.loop.train(config, config_yaml, downstream=during_training)"
             )
         self.env = distributed.init(config.trainer.collective_timeout_s)
-        validate(config, self.env.world_size)
+        check_config(config, self.env.world_size)
         t = config.trainer
         self.run_dir = Path(t.run_dir)
-        self.accumulation = t.global_batch // (t.micro_batch * self.env.world_size)
+        self.global_batch = config.sequences_per_step
+        self.accumulation = self.global_batch // (t.micro_batch * self.env.world_size)
         self.tokenizer = load_tokenizer(config.data.tokenizer)
         model = build_model(config, self.tokenizer.vocab_size, self.env.device)
         self.model_config = model.config
@@ -255,7 +257,7 @@ class Trainer:
         loss_value, grad_norm = seen["loss"], seen["grad_norm"]
         self.health.settle(self.step + 1, result.stepped, loss_value, grad_norm, env.is_main)
         self.step += 1
-        self.tokens += t.global_batch * self.config.data.seq_len
+        self.tokens += self.global_batch * self.config.data.seq_len
         metrics = {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
         if self.health.spike_count is not None:
             metrics["spikes"] = self.health.spike_count
@@ -291,7 +293,7 @@ class Trainer:
         if not self.env.is_main:
             return
         t = self.config.trainer
-        tokens_per_s = t.global_batch * self.config.data.seq_len / step_time
+        tokens_per_s = self.global_batch * self.config.data.seq_len / step_time
         per_device = tokens_per_s / self.env.world_size
         record = {
             **metrics,
@@ -411,7 +413,7 @@ class Trainer:
             f"{c.name}: {c.model.activation}, {params.total / 1e6:.1f}M parameters "
             f"(vocab {self.model_config.vocab_size}), {env.world_size} x {env.device.type}, "
             f"{c.trainer.parallelism if env.distributed else 'single process'}, "
-            f"global batch {c.trainer.global_batch} x {c.data.seq_len} tokens "
+            f"global batch {self.global_batch} x {c.data.seq_len} tokens "
             f"(accumulation {self.accumulation}), {c.trainer.steps} steps -> {self.run_dir}"
         )
 

@@ -5,13 +5,13 @@ Warmup is linear from ``lr / warmup`` at step 0 to ``lr`` at step ``warmup - 1``
 taken at lr = 0).
 
 Adding a schedule is one function of the step and one ``register_schedule(...)`` call: the
-config check (``training.config.validate``), the trainer and the report scripts all ask this
-registry, so there is no second list of names to keep in step.
+config check (``training.checks.check_config``), the trainer and the report scripts all ask
+this registry, so there is no second list of names to keep in step. The schedule's keys are
+checked here (:func:`check_schedule`).
 
 Import direction: this module imports ``training.config`` (the schedules read its dataclasses
-and raise its ``ConfigError``), never the other way at import time; ``validate`` imports
-:func:`check_schedule` inside the function, by when every schedule here is registered. The
-config module stays the schema Hydra loads, with no learning-rate math in it.
+and raise its ``ConfigError``), never the other way: the config module stays the schema Hydra
+loads, with no learning-rate math in it.
 """
 
 from __future__ import annotations
@@ -108,11 +108,14 @@ def schedule_spec(name: str) -> Schedule:
 
 def check_schedule(schedule: ScheduleConfig, steps: int) -> None:
     """The schedule settings that cannot work for a run of ``steps`` steps; raises ConfigError
-    naming the key. Called by ``training.config.validate``.
+    naming the key. Called by ``training.checks.check_config``.
 
     The schedule's own check runs before the warmup rule every schedule shares, so that WSD's
     ``warmup + decay`` message names both lengths even when the warmup alone is too long.
     """
+    for key in ("warmup_steps", "decay_steps"):
+        if getattr(schedule, key) < 0:
+            raise ConfigError(f"schedule.{key} must be >= 0, got {getattr(schedule, key)}")
     spec = schedule_spec(schedule.name)
     if spec.check is not None:
         spec.check(schedule, steps)

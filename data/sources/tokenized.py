@@ -167,6 +167,7 @@ register(
         training=TokenStream,
         validation=validation_windows,
         needs_paths=True,
+        path_suffixes=(".bin",),
         repartition=repartition,
     )
 )

@@ -26,6 +26,7 @@ def text_file_source(
     summary: str,
     open_files: Callable[[DataConfig], TextSource] = local_files,
     needs_paths: bool = False,
+    path_suffixes: tuple[str, ...] = (),
 ) -> DataSource:
     """The ``DataSource`` of documents in the files ``open_files(config)`` returns."""
     return DataSource(
@@ -35,6 +36,7 @@ def text_file_source(
         validation=partial(validation_windows, open_files=open_files),
         pretokenize=partial(pretokenize_chunks, open_files=open_files),
         needs_paths=needs_paths,
+        path_suffixes=path_suffixes,
         repartition=partial(repartition, open_files=open_files),
     )
 

@@ -48,6 +48,7 @@ from training.checkpoint.optimizer_state import (
 from training.checkpoint.rank_files import EveryRankData, NeedsEveryRank, read_rank_files
 from training.checkpoint.rng import set_rng_state
 from training.checkpoint.unpickling import UnsafeCheckpointError, dcp_load
+from training.config import ConfigError
 from training.runtime import distributed
 from training.runtime.distributed import Env
 
@@ -283,8 +284,8 @@ def load_latest(
 
 
 def _is_the_runs_own(error: BaseException) -> bool:
-    """A failure that says nothing about the checkpoint: a refusal by ``accept`` (ValueError:
+    """A failure that says nothing about the checkpoint: a refusal by ``accept`` (a
     ConfigError), this machine out of memory, or another rank's such failure."""
     if isinstance(error, OtherRankFailedError):
         return True
-    return isinstance(error, (ValueError, MemoryError, torch.OutOfMemoryError))
+    return isinstance(error, (ConfigError, MemoryError, torch.OutOfMemoryError))

@@ -1,0 +1,144 @@
+"""A refused start changes nothing: the run directory is byte for byte what it was.
+
+A finished tiny run is restarted with each mistake a user makes (another width, other data, a
+glob that matches nothing, another learning rate, a batch that does not divide); each start is
+refused, naming the key with the run's value and the new one, and a snapshot of the directory
+(names, sizes, hashes) taken before equals the one taken after. Readers of the run then still
+see the run that was trained.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from train_helpers import compose, metrics, run, run_in_process, tiny_overrides
+from training.checkpoint import IncompatibleCheckpointError, load_trained_model, run_config
+
+pytestmark = pytest.mark.slow
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, str] | None]:
+    """Every file's size and hash and every folder, by path relative to ``directory``."""
+    out: dict[str, tuple[int, str] | None] = {}
+    for path in sorted(directory.rglob("*")):
+        name = str(path.relative_to(directory))
+        out[name] = (
+            (path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
+            if (path.is_file())
+            else None
+        )
+    return out
+
+
+def base(corpus: Path, run_dir: Path, **extra) -> list[str]:
+    values = {
+        "trainer.steps": 4,
+        "schedule.warmup_steps": 1,
+        "schedule.decay_steps": 1,
+        "trainer.checkpoint_every": 2,
+        "trainer.keep_checkpoints": 3,
+        "trainer.eval_every": 2,
+        **extra,
+    }
+    return tiny_overrides(corpus, run_dir, **values)
+
+
+@pytest.fixture(scope="module")
+def finished(corpus, tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    assert run_in_process(base(corpus, run_dir)) == 0
+    return run_dir
+
+
+@pytest.fixture
+def copy(finished, tmp_path) -> Path:
+    return Path(shutil.copytree(finished, tmp_path / "run"))
+
+
+def other_corpus(corpus: Path, tmp_path: Path) -> Path:
+    """The same kind of files, one fewer: another slice of text."""
+    other = tmp_path / "other_corpus"
+    other.mkdir()
+    for file in sorted(corpus.glob("*.parquet"))[:-1]:
+        shutil.copy(file, other)
+    return other
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "wider",
+        "other data",
+        "a glob that matches nothing",
+        "another lr",
+        "a batch that does not divide",
+    ],
+)
+def test_a_refused_resume_leaves_the_run_directory_byte_for_byte(corpus, copy, tmp_path, case):
+    overrides = base(corpus, copy)
+    change, message = {
+        "wider": (["model.dim=64"], r"model\.dim: 32 in the run, 64 now"),
+        "other data": (
+            [f"data.paths=[{other_corpus(corpus, tmp_path)}/*.parquet]"],
+            r"data\.paths: \[.*\] in the run, \[.*other_corpus.*\] now",
+        ),
+        "a glob that matches nothing": (
+            [f"data.paths=[{tmp_path}/nothing/*.parquet]"],
+            r"data\.paths pattern .*nothing/\*\.parquet' matches no",
+        ),
+        "another lr": (["optim.lr=0.004"], r"optim\.lr: 0\.002 in the run, 0\.004 now"),
+        "a batch that does not divide": (
+            ["trainer.global_batch=5"],
+            r"trainer\.global_batch=5 is not divisible",
+        ),
+    }[case]
+    before = snapshot(copy)
+    with pytest.raises(ValueError, match=message):
+        run_in_process([*overrides, *change])
+    assert snapshot(copy) == before
+    # the readers still see the run that was trained
+    assert run_config(copy).model.dim == 32
+    _, config, step = load_trained_model(copy)
+    assert step == 4 and config.model.dim == 32
+
+
+def test_an_intact_checkpoint_that_does_not_load_is_refused_and_nothing_set_aside(corpus, copy):
+    """``allow_changes`` lets a fixed key through the config check; the load still refuses."""
+    overrides = base(corpus, copy, **{"model.dim": 64, "trainer.allow_changes": "[model.dim]"})
+    before = snapshot(copy)
+    with pytest.raises(IncompatibleCheckpointError, match=r"step_000004 is intact .*[Ss]ize mismatch"):
+        run_in_process(overrides)
+    assert snapshot(copy) == before
+
+
+def test_a_refused_fresh_start_writes_nothing(corpus, tmp_path):
+    run_dir = tmp_path / "fresh"
+    with pytest.raises(ValueError, match=r"data\.paths pattern"):
+        run_in_process(base(corpus, run_dir, **{"data.paths": f"[{tmp_path}/none/*.jsonl]"}))
+    assert not run_dir.exists()
+
+
+def test_what_a_resume_may_change_it_changes_and_the_run_goes_on(corpus, copy, caplog):
+    overrides = base(corpus, copy)
+    more = ["trainer.steps=6", "optim.weight_decay=0.05", "data.num_workers=1"]
+    with caplog.at_level("WARNING", logger="training.loop"):
+        assert run_in_process([*overrides, *more]) == 0
+    assert max(m["step"] for m in metrics(copy)) == 6
+    changed = [r.getMessage() for r in caplog.records if "optimizer setting" in r.getMessage()]
+    assert len(changed) == 1 and "weight_decay 0.1 -> 0.05 for" in changed[0]
+    assert run_config(copy).trainer.steps == 6  # the newest checkpoint's config
+
+
+def test_train_py_says_what_differs_in_one_message_without_a_traceback(corpus, copy):
+    code, output = run([*base(corpus, copy), "model.dim=64", "model.n_layers=3"])
+    assert code == 1
+    assert "model.dim: 32 in the run, 64 now" in output
+    assert "model.n_layers: 2 in the run, 3 now" in output
+    assert "trainer.allow_changes=[model.dim,model.n_layers]" in output
+    assert "Traceback" not in output
+    config, _ = compose(base(corpus, copy))
+    assert run_config(copy).model == config.model
