@@ -85,7 +85,7 @@ def test_no_two_modules_import_each_other_round_a_circle():
         if name in done:
             return
         if name in visiting:
-            circles.append(trail[trail.index(name) :] + [name])
+            circles.append([*trail[trail.index(name) :], name])
             return
         visiting.add(name)
         for other in sorted(graph[name]):

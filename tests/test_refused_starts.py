@@ -110,7 +110,8 @@ def test_an_intact_checkpoint_that_does_not_load_is_refused_and_nothing_set_asid
     """``allow_changes`` lets a fixed key through the config check; the load still refuses."""
     overrides = base(corpus, copy, **{"model.dim": 64, "trainer.allow_changes": "[model.dim]"})
     before = snapshot(copy)
-    with pytest.raises(IncompatibleCheckpointError, match=r"step_000004 is intact .*[Ss]ize mismatch"):
+    message = r"step_000004 is intact .*[Ss]ize mismatch"
+    with pytest.raises(IncompatibleCheckpointError, match=message):
         run_in_process(overrides)
     assert snapshot(copy) == before
 

@@ -24,8 +24,8 @@ from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint
 from training.axes import write_run_files
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
-from training.components import Instrument, Periodic, PeriodicWork, TrainerState
 from training.checks import check_config
+from training.components import Instrument, Periodic, PeriodicWork, TrainerState
 from training.config import ConfigError, ExperimentConfig
 from training.instruments.grad_norms import per_layer_grad_norms
 from training.instruments.measurements import DownstreamEvaluator, Measurements
@@ -292,7 +292,6 @@ class Trainer:
         summed = distributed.all_reduce_sum(list(data_counts.values()), self.env.device)
         if not self.env.is_main:
             return
-        t = self.config.trainer
         tokens_per_s = self.global_batch * self.config.data.seq_len / step_time
         per_device = tokens_per_s / self.env.world_size
         record = {
