@@ -34,6 +34,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+def pytest_configure(config):
+    """pytest-xdist's ``loadgroup`` keeps an ``xdist_group`` on one worker under pytest 8; under
+    pytest 9 (with xdist 3.8) it splits the group over the workers in silence, and a group's
+    module fixtures (the compiled kernels of ``tests/test_kernel_code.py``) are built on both.
+    Refuse to run so rather than run slowly (pyproject.toml pins pytest below 9)."""
+    if config.getoption("dist", None) == "loadgroup" and pytest.version_tuple[0] >= 9:
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} splits pytest-xdist's loadgroup groups: install the "
+            "pinned test tools (pip install -c constraints/cpu.txt -e '.[dev]')"
+        )
+
+
 @pytest.fixture
 def fresh_dynamo():
     """Dynamo's caches empty before and after: a test's compilations neither count towards the

@@ -141,6 +141,19 @@ MATRIX_EXTRAS = {
 
 MATRIX_LEAVES_OUT = ("trainer.downstream_", "trainer.profile_steps")
 
+# A run moves between world sizes: one point of the matrix per {DDP, FSDP2} x {fp32, bf16}
+# trains on 2 processes until SIGTERM at MOVES[0], on 1 until MOVES[1], on 2 to the end
+# (2 -> 1, 1 -> 2, 2 -> 1 -> 2); the FSDP2 presets' resumed run stops at MOVES[1] and one
+# process finishes it.
+MOVED = (
+    ("ddp", "fp32", "model", "full"),
+    ("fsdp", "fp32", "blocks", "selective"),
+    ("ddp", "bf16", "none", "selective"),
+    ("fsdp", "bf16", "none", "none"),
+)
+MOVED_PRESETS = ("paper_1b", "paper_3b")
+MOVES = (3, 6)
+
 
 def matrix_overrides(point: tuple[str, str, str, str], run_dir: Path) -> list[str]:
     """The quickstart, shrunk and fully instrumented, at one point of the matrix."""

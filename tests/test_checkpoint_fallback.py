@@ -275,7 +275,6 @@ def two_ranks_resume(rank: int, run_dir: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("processes")
 def test_every_rank_falls_back_when_one_rank_lost_its_file(tmp_path):
     torch.multiprocessing.spawn(two_ranks_resume, args=(str(tmp_path),), nprocs=2)
     for rank in (0, 1):

@@ -21,8 +21,6 @@ import pytest
 from end_to_end import EVAL_DATA
 from train_helpers import ROOT, run, tiny_overrides
 
-pytestmark = pytest.mark.xdist_group("processes")  # torchrun jobs: one at a time (pyproject)
-
 REPEATS = int(os.environ.get("XIELU_STRESS_REPEATS", "1"))
 
 # Read by every Python process that the test starts; only torchrun's ranks (RANK is set) named

@@ -222,7 +222,6 @@ def test_a_streamed_hub_source_refuses_another_layout_and_says_what_to_do(tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("processes")
 def test_a_two_process_run_resumes_in_one_process_where_its_data_left_off(tmp_path):
     """torchrun 2 processes for 4 steps, then 1 process for 4 more: the trainer's data position
     is, step for step, the one the data layer computes (whose exactness the tests above show)."""

@@ -59,7 +59,6 @@ def test_the_trainer_logs_lm_evals_scores_of_the_model_it_is_training(corpus, tm
     assert final == pytest.approx(_offline(tmp_path, 12), abs=1e-12)
 
 
-@pytest.mark.xdist_group("processes")
 def test_two_fsdp2_ranks_each_score_a_share_generation_included_and_report_the_whole(
     corpus, tmp_path
 ):

@@ -19,6 +19,8 @@ from training.config import LoggingConfig, TrainerConfig
 NOT_IN_THE_TIER = {
     "trainer.axes": "which keys name a run: tests/test_sweeps.py and the axes tests refuse "
     "a mismatched resume; the tier resumes the same run",
+    "trainer.allow_changes": "a refused resume's way out: the tier resumes the same run; "
+    "tests/test_refused_starts.py and tests/test_diagnostics.py change fixed keys with it",
     "trainer.debug_nan_steps": "fault injection: a NaN step changes the trajectory the tier "
     "compares; tests/test_train.py (non-finite steps) and test_faults.py run it",
     "trainer.debug_crash_in_checkpoint_at": "fault injection that kills a save: "

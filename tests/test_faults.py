@@ -126,7 +126,6 @@ def processes_mentioning(text: str) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("processes")
 def test_kill_9_of_one_of_two_ranks_stops_the_other_and_the_rerun_resumes(corpus, tmp_path):
     single_dir = tmp_path / "single"
     single = tiny_overrides(corpus, single_dir, **{"data.num_workers": 2})

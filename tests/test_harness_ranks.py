@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("processes")]
+pytestmark = pytest.mark.slow
 
 TEXT = "The quick brown fox jumps over the lazy dog; the cat watches it from the wall. "
 

@@ -9,29 +9,23 @@ see the run that was trained.
 
 from __future__ import annotations
 
-import hashlib
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from train_helpers import compose, metrics, run, run_in_process, tiny_overrides
+from train_helpers import (
+    ROOT,
+    compose,
+    metrics,
+    run,
+    run_in_process,
+    snapshot,
+    tiny_overrides,
+)
 from training.checkpoint import IncompatibleCheckpointError, load_trained_model, run_config
-
-pytestmark = pytest.mark.slow
-
-
-def snapshot(directory: Path) -> dict[str, tuple[int, str] | None]:
-    """Every file's size and hash and every folder, by path relative to ``directory``."""
-    out: dict[str, tuple[int, str] | None] = {}
-    for path in sorted(directory.rglob("*")):
-        name = str(path.relative_to(directory))
-        out[name] = (
-            (path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
-            if (path.is_file())
-            else None
-        )
-    return out
+from training.resume_rules import FIXED_SECTIONS, MAY_CHANGE
 
 
 def base(corpus: Path, run_dir: Path, **extra) -> list[str]:
@@ -68,6 +62,7 @@ def other_corpus(corpus: Path, tmp_path: Path) -> Path:
     return other
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case",
     [
@@ -106,6 +101,7 @@ def test_a_refused_resume_leaves_the_run_directory_byte_for_byte(corpus, copy, t
     assert step == 4 and config.model.dim == 32
 
 
+@pytest.mark.slow
 def test_an_intact_checkpoint_that_does_not_load_is_refused_and_nothing_set_aside(corpus, copy):
     """``allow_changes`` lets a fixed key through the config check; the load still refuses."""
     overrides = base(corpus, copy, **{"model.dim": 64, "trainer.allow_changes": "[model.dim]"})
@@ -116,6 +112,7 @@ def test_an_intact_checkpoint_that_does_not_load_is_refused_and_nothing_set_asid
     assert snapshot(copy) == before
 
 
+@pytest.mark.slow
 def test_a_refused_fresh_start_writes_nothing(corpus, tmp_path):
     run_dir = tmp_path / "fresh"
     with pytest.raises(ValueError, match=r"data\.paths pattern"):
@@ -123,9 +120,10 @@ def test_a_refused_fresh_start_writes_nothing(corpus, tmp_path):
     assert not run_dir.exists()
 
 
+@pytest.mark.slow
 def test_what_a_resume_may_change_it_changes_and_the_run_goes_on(corpus, copy, caplog):
     overrides = base(corpus, copy)
-    more = ["trainer.steps=6", "optim.weight_decay=0.05", "data.num_workers=1"]
+    more = ["trainer.steps=6", "optim.weight_decay=0.05", "model.loss_chunk_tokens=16"]
     with caplog.at_level("WARNING", logger="training.loop"):
         assert run_in_process([*overrides, *more]) == 0
     assert max(m["step"] for m in metrics(copy)) == 6
@@ -134,6 +132,7 @@ def test_what_a_resume_may_change_it_changes_and_the_run_goes_on(corpus, copy, c
     assert run_config(copy).trainer.steps == 6  # the newest checkpoint's config
 
 
+@pytest.mark.slow
 def test_train_py_says_what_differs_in_one_message_without_a_traceback(corpus, copy):
     code, output = run([*base(corpus, copy), "model.dim=64", "model.n_layers=3"])
     assert code == 1
@@ -143,3 +142,13 @@ def test_train_py_says_what_differs_in_one_message_without_a_traceback(corpus, c
     assert "Traceback" not in output
     config, _ = compose(base(corpus, copy))
     assert run_config(copy).model == config.model
+
+
+def test_the_documented_list_is_the_one_the_refusal_follows():
+    text = (ROOT / "docs" / "training.md").read_text()
+    table = text.split("### What a resume may change")[1].split("\n## ")[0]
+    exceptions = set()
+    for section in FIXED_SECTIONS:
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{section}.*`"))
+        exceptions |= set(re.findall(r"`([\w.]+)`", row.split("|")[1])) - {f"{section}.*"}
+    assert exceptions == set(MAY_CHANGE)

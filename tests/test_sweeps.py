@@ -78,7 +78,6 @@ def test_slurm_tasks_become_torch_distributed_ranks(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("processes")
 def test_submitit_local_runs_a_two_job_sweep_and_the_table_reads_it(tmp_path):
     corpus = tmp_path / "corpus"
     write_parquet_corpus(corpus, files=2)

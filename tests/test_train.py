@@ -257,6 +257,7 @@ def test_a_resume_runs_the_configs_optimizer_settings_not_the_checkpoints(corpus
         "optim.betas": "[0.9,0.99]",
         "optim.eps": 1e-6,
         "optim.scalar_lr_multiplier": 3.0,
+        "trainer.allow_changes": "[optim.scalar_lr_multiplier]",  # an axis: on purpose
     }
     config, config_yaml = compose(tiny_overrides(corpus, tmp_path, **changed))
     trainer = Trainer(config, config_yaml)
@@ -269,6 +270,9 @@ def test_a_resume_runs_the_configs_optimizer_settings_not_the_checkpoints(corpus
         assert all(tuple(g["betas"]) == (0.9, 0.99) and g["eps"] == 1e-6 for g in groups)
         assert {g["lr_multiplier"] for g in groups} == {1.0, 3.0}  # the alphas' group
         assert trainer.optimizer.state  # the moments are the checkpoint's
-        assert "weight_decay 0.1 -> 0.5" in caplog.text and "(0.9, 0.95)" in caplog.text
+        assert "weight_decay 0.1 -> 0.5 for " in caplog.text
+        assert "betas [0.9, 0.95] -> [0.9, 0.99] for " in caplog.text
+        assert "lr_multiplier 1.0 -> 3.0 for 4 of " in caplog.text  # 2 layers x 2 alphas
+        assert "eps 1e-08 -> 1e-06 for " in caplog.text
     finally:
         trainer.release_model()

@@ -11,8 +11,6 @@ import torch
 
 from train_helpers import losses, metrics, run, run_in_process, tiny_overrides
 
-pytestmark = pytest.mark.xdist_group("processes")  # torchrun jobs: one at a time (pyproject)
-
 
 @pytest.fixture(scope="module")
 def single(corpus, tmp_path_factory):

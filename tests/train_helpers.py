@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -143,3 +144,16 @@ def assert_same_losses(run_dir: Path, expected: dict[int, float], rel: float = 1
     assert got.keys() == expected.keys()
     for step, loss in expected.items():
         assert got[step] == pytest.approx(loss, rel=rel, abs=rel), step
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, str] | None]:
+    """Every file's size and hash and every folder (None), by path relative to ``directory``:
+    what "the directory is byte for byte as it was" compares."""
+    out: dict[str, tuple[int, str] | None] = {}
+    for path in sorted(directory.rglob("*")):
+        name = str(path.relative_to(directory))
+        if path.is_file():
+            out[name] = (path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
+        else:
+            out[name] = None
+    return out

@@ -95,37 +95,3 @@ def build_optimizer(model: nn.Module, config: OptimConfig, device: torch.device)
         fused=fused or None,
         foreach=None if fused else True,
     )
-
-
-# set by the schedule at every step (``set_learning_rate``), never taken from a checkpoint
-_PER_STEP = ("lr",)
-
-
-def reapply_config(optimizer: torch.optim.Optimizer, model: nn.Module, config: OptimConfig):
-    """After a resume, the settings of ``config`` in every param group; returns the changes.
-
-    A checkpoint's optimizer state carries its param groups' settings (weight decay, betas, eps,
-    ``lr_multiplier``, fused/foreach), and loading it replaces the config's: a run resumed with
-    another weight decay kept the old one while its ``config.yaml`` said the new. The config
-    says what runs, so its settings are put back, and each change is returned for the log.
-    Which parameters a group holds (the ``decay_*`` flags) is the config's already: the
-    optimizer was built from it and the checkpoint's moments are matched to it by name.
-    """
-    device = next(model.parameters()).device
-    wanted = build_optimizer(model, config, device).param_groups  # holds no state: cheap
-    groups = optimizer.param_groups
-    same = len(wanted) == len(groups) and all(
-        [id(p) for p in a["params"]] == [id(p) for p in b["params"]]
-        for a, b in zip(wanted, groups, strict=True)
-    )
-    if not same:
-        raise RuntimeError("the optimizer's param groups are not the ones the config builds")
-    changes = []
-    for index, (want, group) in enumerate(zip(wanted, groups, strict=True)):
-        for key, value in want.items():
-            if key == "params" or key in _PER_STEP:
-                continue
-            if group.get(key) != value:
-                changes.append(f"{key} {group.get(key)!r} -> {value!r} (param group {index})")
-                group[key] = value
-    return changes
