@@ -97,17 +97,18 @@ def own_settings_by_name(own_settings: dict) -> dict[str, dict[str, Any]]:
 def changed_settings(saved: dict[str, dict], ours: dict[str, dict]) -> list[str]:
     """One line per setting the config changed against the checkpoint, with how many
     parameters it concerns (``weight_decay 0.1 -> 0.05 for 12 of 30 parameters``)."""
-    counts: dict[tuple[str, Any, Any], int] = defaultdict(int)
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
     for name, settings in ours.items():
         before = saved.get(name, {})
         for setting, value in settings.items():
             if setting in NOT_A_SETTING or setting not in before:
                 continue
-            if _plain(before[setting]) != _plain(value):
-                counts[(setting, _plain(before[setting]), _plain(value))] += 1
+            old, new = _plain(before[setting]), _plain(value)
+            if old != new:
+                counts[(setting, repr(old), repr(new))] += 1
     return [
-        f"{setting} {old!r} -> {new!r} for {n} of {len(ours)} parameters"
-        for (setting, old, new), n in sorted(counts.items(), key=str)
+        f"{setting} {old} -> {new} for {n} of {len(ours)} parameters"
+        for (setting, old, new), n in sorted(counts.items())
     ]
 
 
