@@ -109,13 +109,14 @@ class DataConfig:
             raise ValueError(f"data.paths must list files (globs) for data.source={self.source}")
 
     def check_inputs(self) -> None:
-        """The files ``data.paths`` names exist: each pattern matches at least one file of the
-        source's kinds. Raises ValueError naming the key and the pattern."""
-        suffixes = get_source(self.source).path_suffixes
-        if not suffixes:
-            return
-        for pattern in self.paths:
+        """The files ``data.paths`` names exist (each pattern matches at least one file of the
+        source's kinds) and can be read as configured (the source's own check: a text column
+        the first record lacks). Raises ValueError naming the key."""
+        source = get_source(self.source)
+        for pattern in self.paths if source.path_suffixes else ():
             try:
-                expand_paths([pattern], suffixes)
+                expand_paths([pattern], source.path_suffixes)
             except FileNotFoundError as error:
                 raise ValueError(str(error)) from None
+        if source.check is not None:
+            source.check(self)

@@ -49,6 +49,12 @@ class DataSource:
         needs_paths: ``data.paths`` must list files.
         path_suffixes: the kinds of file ``data.paths`` may match (``.parquet``, ``.bin``...);
             each pattern must match one before a run starts (``DataConfig.check_inputs``).
+        check: ``config`` -> None, raising ValueError naming the key when the files cannot be
+            read as configured (a text column the first record lacks); run before a run
+            starts (``DataConfig.check_inputs``). None: nothing to check.
+        check_tokenizer: ``(config, tokenizer)`` -> None, raising ValueError naming both when
+            the data was written by another tokenizer (token shards); None: the source
+            tokenizes as it reads.
         repartition: ``(config, old states, n_new)`` -> the states of ``n_new`` streams that
             go on from the ``old`` streams' (one per old stream, in stream order; None: never
             ran), by the rule of ``data.repartition``: a resume on another world size or
@@ -63,6 +69,8 @@ class DataSource:
     pretokenize: Callable[[Config, int], Iterator[tuple[np.ndarray, Counter]]] | None = None
     needs_paths: bool = False
     path_suffixes: tuple[str, ...] = ()
+    check: Callable[[Config], None] | None = None
+    check_tokenizer: Callable[[Config, Any], None] | None = None
     repartition: Callable[[Config, list[dict | None], int], list[dict | None]] | None = None
 
 

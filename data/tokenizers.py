@@ -13,14 +13,19 @@
 
 Every tokenizer decodes any id a model can sample (see ``Tokenizer.decode``): special and
 reserved ids by their names, the embedding's padding rows as ``<|padding:ID|>``.
+
+Every tokenizer also says what it is (:func:`identity_of`): its name, vocabulary size, special
+ids and a fingerprint of every id's piece, which token shards record so that data written with
+one tokenizer is never read with another (``data.shards``).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib.util
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -64,6 +69,11 @@ class Tokenizer(Protocol):
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` with no special tokens added."""
+        ...
+
+    def pieces(self) -> Iterator[bytes]:
+        """What each id from 0 to ``vocab_size`` stands for, as the tokenizer stores it (BPE
+        bytes, a piece, a special token's name): what the vocabulary's fingerprint hashes."""
         ...
 
     def decode(self, ids: list[int], skip_special: bool = False) -> str:
@@ -166,6 +176,15 @@ class TiktokenTokenizer:
         """See ``Tokenizer.decode``."""
         return render(ids, self.vocab_size, self._text, self.specials.get, skip_special)
 
+    def pieces(self) -> Iterator[bytes]:
+        for i in range(self.vocab_size):
+            name = self.specials.get(i)
+            yield (
+                name.encode()
+                if name is not None
+                else self.encoding.decode_single_token_bytes(i - self.offset)
+            )
+
     def _text(self, ids: list[int]) -> str:
         offset = self.offset
         return self.encoding.decode([i - offset for i in ids] if offset else ids)
@@ -232,6 +251,10 @@ class HFTokenizer:
 
         return render(ids, self.vocab_size, text, lambda i: None, skip_special)
 
+    def pieces(self) -> Iterator[bytes]:
+        for token in self.tokenizer.convert_ids_to_tokens(list(range(self.vocab_size))):
+            yield str(token).encode()
+
 
 def _hf(path: str) -> HFTokenizer:
     from transformers import AutoTokenizer
@@ -259,6 +282,10 @@ class SentencePieceTokenizer:
         """See ``Tokenizer.decode``: control pieces and ``<unk>`` by their piece (SentencePiece
         itself drops control pieces and prints ``<unk>`` as `` ⁇ ``)."""
         return render(ids, self.vocab_size, self.processor.decode, self._special, skip_special)
+
+    def pieces(self) -> Iterator[bytes]:
+        for i in range(self.vocab_size):
+            yield self.processor.id_to_piece(i).encode()
 
     def _special(self, i: int) -> str | None:
         sp = self.processor
@@ -301,6 +328,10 @@ class ByteTokenizer:
     def _text(ids: list[int]) -> str:
         return bytes(ids).decode("utf-8", errors="replace")
 
+    def pieces(self) -> Iterator[bytes]:
+        yield from (bytes([i]) for i in range(256))
+        yield from (BYTE_SPECIALS[i].encode() for i in (256, 257))
+
 
 def load_tokenizer(config: TokenizerConfig) -> Tokenizer:
     if config.name == "bytes":
@@ -312,6 +343,43 @@ def load_tokenizer(config: TokenizerConfig) -> Tokenizer:
     if config.name == "hf":
         return _hf(config.path)
     return _sentencepiece(config.path)
+
+
+@dataclass(frozen=True)
+class TokenizerIdentity:
+    """What a tokenizer is, as token shards record it: two tokenizers with the same identity
+    give every id the same meaning."""
+
+    name: str
+    vocab_size: int
+    bos_id: int | None
+    eos_id: int
+    fingerprint: str  # the first 16 hex digits of sha256 over every id's piece, in id order
+
+    def differences(self, other: TokenizerIdentity) -> list[str]:
+        """``key: ours vs theirs`` for each field that gives ids another meaning (the name
+        alone does not: two names for the same vocabulary read the same shards)."""
+        keys = ("vocab_size", "bos_id", "eos_id", "fingerprint")
+        return [
+            f"{key} {getattr(self, key)!r} vs {getattr(other, key)!r}"
+            for key in keys
+            if getattr(self, key) != getattr(other, key)
+        ]
+
+
+def identity_of(tokenizer: Tokenizer) -> TokenizerIdentity:
+    """The tokenizer's identity; its fingerprint hashes every piece once (0.1-2 s)."""
+    digest = hashlib.sha256()
+    for piece in tokenizer.pieces():
+        digest.update(len(piece).to_bytes(4, "little"))
+        digest.update(piece)
+    return TokenizerIdentity(
+        tokenizer.name,
+        tokenizer.vocab_size,
+        tokenizer.bos_id,
+        tokenizer.eos_id,
+        digest.hexdigest()[:16],
+    )
 
 
 def encode_document(tokenizer: Tokenizer, text: str, add_bos: bool) -> np.ndarray:

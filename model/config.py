@@ -190,6 +190,16 @@ class ModelConfig:
             return self.gated_hidden
         return round(self.gated_hidden * PLAIN_TO_GATED_WIDTH)
 
+    def check_vocabulary(self, tokenizer_vocab: int) -> None:
+        """An explicit ``vocab_size`` must hold every id the tokenizer gives, else the first
+        step indexes past the embedding. Raises ValueError naming the key."""
+        if self.vocab_size is not None and self.vocab_size < tokenizer_vocab:
+            raise ValueError(
+                f"model.vocab_size={self.vocab_size} is smaller than the tokenizer's "
+                f"vocabulary ({tokenizer_vocab} ids): leave it unset to take the tokenizer's "
+                f"(padded to model.vocab_multiple) or set at least {tokenizer_vocab}"
+            )
+
     def with_vocab_from_tokenizer(self, tokenizer_vocab: int) -> ModelConfig:
         """This config with ``vocab_size`` taken from a tokenizer unless already set."""
         if self.vocab_size is not None:

@@ -185,6 +185,24 @@ def to_hf_model(model: Llama, **token_ids):
     return hf_model.eval()
 
 
+def holding_what_it_holds(model: Llama, hf_model) -> Llama:
+    """A copy of ``model`` holding exactly the values the transformers model ``hf_model`` holds
+    (that class's own rounding included, e.g. Arcee's bf16 xIELU scalars): against it, what is
+    left of a logits difference is the two implementations' arithmetic, not the stored values."""
+    model_type = hf_model.config.model_type
+    copy = Llama(model.config).to(next(model.parameters()).dtype)
+    ours = copy.state_dict()
+    state = {}
+    for key, value in hf_model.state_dict().items():
+        mine = _our_key(key, model_type)
+        if mine in ours:
+            state[mine] = value.to(ours[mine].dtype)
+    if "lm_head.weight" in state and not hf_model.config.tie_word_embeddings:
+        state["lm_head.weight"] = state["lm_head.weight"] * model.config.width_multiplier
+    copy.load_state_dict({**model.state_dict(), **state})
+    return copy.eval()
+
+
 def export_hf(
     model: Llama,
     out_dir: str | Path,

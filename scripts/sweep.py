@@ -141,8 +141,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.stop_after is not None and args.launcher != "basic":
         parser.error("--stop-after slices a sweep run here: it needs --launcher basic")
     sweep = load_sweep(args.sweep)
-    if "tuned_by" in sweep:
-        sweep = with_tuned_rates(sweep, tuned_rates(sweep, args.overrides))
+    if "tuned_by" in sweep and args.dry_run:
+        print(
+            f"optim.lr per activation: the best of the sweep {sweep['tuned_by']!r} at the base "
+            "width, read from its finished runs when this sweep is launched"
+        )
+    elif "tuned_by" in sweep:
+        try:
+            sweep = with_tuned_rates(sweep, tuned_rates(sweep, args.overrides))
+        except ValueError as error:  # a job that does not compose: one line, naming the key
+            raise SystemExit(
+                f"sweep {args.sweep}: {error} (settings for every job go after the sweep's "
+                "name, e.g. data.paths='[/data/*.parquet]')"
+            ) from None
     jobs = expand(sweep, args.overrides)
     if args.launcher == "basic":
         if args.dry_run:

@@ -8,9 +8,10 @@ import torch
 
 from data import DataConfig, TokenizerConfig, build_loader, build_validation_loader
 from data.packing import IGNORE_INDEX
-from data.shards import Shard, write_shard
+from data.shards import Shard, check_tokenizer, write_shard
 from data.sources.fineweb_edu import HubUnreachableError, open_stream
 from data.text import TextStream
+from data.tokenizers import TokenizerIdentity, identity_of, load_tokenizer
 from data_fixtures import write_parquet_corpus
 from scripts.pretokenize import pretokenize
 
@@ -34,6 +35,11 @@ def local(directory, **overrides) -> DataConfig:
     return DataConfig(**{**base, **overrides})
 
 
+def made_up(vocab_size: int, eos_id: int = 3) -> TokenizerIdentity:
+    """A tokenizer's identity for shards whose tokens are made up."""
+    return TokenizerIdentity("test", vocab_size, None, eos_id, "0" * 16)
+
+
 def windows(dataset, n=None):
     out = []
     for w in dataset:
@@ -45,22 +51,22 @@ def windows(dataset, n=None):
 
 def test_shard_header_round_trip_and_width(tmp_path):
     tokens = np.arange(1000) * 7 % 60000
-    write_shard(tmp_path / "a.bin", tokens, eos_id=3, vocab_size=60000)
-    write_shard(tmp_path / "b.bin", tokens * 2, eos_id=3, vocab_size=131072)
+    write_shard(tmp_path / "a.bin", tokens, made_up(60000))
+    write_shard(tmp_path / "b.bin", tokens * 2, made_up(131072))
     a, b = Shard(str(tmp_path / "a.bin")), Shard(str(tmp_path / "b.bin"))
     assert a.tokens.dtype == np.uint16 and b.tokens.dtype == np.uint32
     assert np.array_equal(a.tokens, tokens) and np.array_equal(b.tokens, tokens * 2)
-    assert (a.eos_id, a.vocab_size) == (3, 60000)
+    assert (a.eos_id, a.vocab_size, a.identity) == (3, 60000, made_up(60000))
     with pytest.raises(ValueError, match="outside"):
-        write_shard(tmp_path / "c.bin", np.array([70000]), eos_id=3, vocab_size=60000)
+        write_shard(tmp_path / "c.bin", np.array([70000]), made_up(60000))
 
 
 def test_token_stream_reads_across_an_empty_shard(tmp_path):
     from data.shards import TokenCorpus
 
-    write_shard(tmp_path / "a.bin", np.arange(10), eos_id=3, vocab_size=100)
-    write_shard(tmp_path / "b.bin", np.arange(0), eos_id=3, vocab_size=100)
-    write_shard(tmp_path / "c.bin", np.arange(10, 20), eos_id=3, vocab_size=100)
+    write_shard(tmp_path / "a.bin", np.arange(10), made_up(100))
+    write_shard(tmp_path / "b.bin", np.arange(0), made_up(100))
+    write_shard(tmp_path / "c.bin", np.arange(10, 20), made_up(100))
     cfg = DataConfig(source="tokenized", paths=[str(tmp_path / "*.bin")], validation_documents=0)
     corpus = TokenCorpus(cfg)
     assert corpus.slice(5, 15).tolist() == list(range(5, 15))
@@ -68,7 +74,7 @@ def test_token_stream_reads_across_an_empty_shard(tmp_path):
 
 
 def test_truncated_or_foreign_shards_are_refused_by_name(tmp_path):
-    write_shard(tmp_path / "a.bin", np.arange(100), eos_id=3, vocab_size=1000)
+    write_shard(tmp_path / "a.bin", np.arange(100), made_up(1000))
     data = (tmp_path / "a.bin").read_bytes()
     (tmp_path / "a.bin").write_bytes(data[:-10])
     with pytest.raises(ValueError, match=r"a\.bin is truncated"):
@@ -76,6 +82,96 @@ def test_truncated_or_foreign_shards_are_refused_by_name(tmp_path):
     (tmp_path / "b.bin").write_bytes(b"PK\x03\x04" + bytes(100))
     with pytest.raises(ValueError, match=r"b\.bin is not a token shard"):
         Shard(str(tmp_path / "b.bin"))
+
+
+def write_version_1_shard(path, tokens, eos_id: int, vocab_size: int) -> None:
+    """A shard as written before shards recorded their tokenizer: a 64-byte header."""
+    import struct
+
+    header = struct.pack("<8sIIQqQ", b"XIELUTOK", 1, 2, len(tokens), eos_id, vocab_size)
+    path.write_bytes(header.ljust(64, b"\0") + np.asarray(tokens, "<u2").tobytes())
+
+
+def test_shards_are_read_only_with_the_tokenizer_that_wrote_them(parquet_dir, tmp_path):
+    """Issue 36: byte shards read with Tekken trained silently on garbage; Tekken shards read
+    with bytes died with an IndexError at the first step."""
+    byte_shards = tmp_path / "bytes"
+    pretokenize(local(parquet_dir, tokenizer=TokenizerConfig("bytes")), byte_shards, 10**6, 1)
+    tokenized = DataConfig(source="tokenized", paths=[str(byte_shards / "*.bin")])
+    check_tokenizer(tokenized, load_tokenizer(TokenizerConfig("bytes")))  # its own: fine
+    tekken = load_tokenizer(TokenizerConfig("mistral_nemo"))
+    with pytest.raises(ValueError) as refused:
+        check_tokenizer(tokenized, tekken)
+    message = str(refused.value)
+    assert "written by tokenizer 'bytes'" in message and "'mistral_nemo'" in message
+    assert "vocab_size 131072 vs 258" in message and "eos_id 2 vs 257" in message
+    assert "--tokenizer mistral_nemo --replace" in message
+    # a vocabulary of the same size and special ids, other pieces: the fingerprint tells
+    other = tmp_path / "other"
+    other.mkdir()
+    bytes_identity = identity_of(load_tokenizer(TokenizerConfig("bytes")))
+    forged = TokenizerIdentity("bytes", 258, 256, 257, "f" * 16)
+    assert bytes_identity.fingerprint != forged.fingerprint
+    write_shard(other / "a.bin", np.arange(10), forged)
+    forged_config = DataConfig(source="tokenized", paths=[str(other / "*.bin")])
+    with pytest.raises(ValueError, match=r"fingerprint '\w+' vs 'ffff"):
+        check_tokenizer(forged_config, load_tokenizer(TokenizerConfig("bytes")))
+
+
+def test_version_1_shards_are_read_with_a_warning_and_what_they_recorded_is_checked(
+    tmp_path, caplog
+):
+    old = tmp_path / "old"
+    old.mkdir()
+    write_version_1_shard(old / "a.bin", np.arange(300) % 256, eos_id=257, vocab_size=258)
+    config = DataConfig(source="tokenized", paths=[str(old / "*.bin")], validation_documents=0)
+    assert np.array_equal(Shard(str(old / "a.bin")).tokens, np.arange(300) % 256)
+    with caplog.at_level("WARNING", logger="data.shards"):
+        check_tokenizer(config, load_tokenizer(TokenizerConfig("bytes")))
+    assert "written before shards recorded their tokenizer" in caplog.text
+    with pytest.raises(ValueError, match="vocab_size 131072 vs 258"):
+        check_tokenizer(config, load_tokenizer(TokenizerConfig("mistral_nemo")))
+
+
+def test_pretokenize_refuses_a_used_directory_and_replaces_it_whole(parquet_dir, tmp_path):
+    """Issue 36: 3 shards, then 1 into the same directory, and the glob read 55 documents
+    instead of 35."""
+    config = local(parquet_dir, tokenizer=TokenizerConfig("bytes"))
+    out = tmp_path / "shards"
+    assert pretokenize(config, out, shard_tokens=20000, workers=1)["shards"] >= 3
+    with pytest.raises(FileExistsError, match="--replace"):
+        pretokenize(config, out, shard_tokens=10**9, workers=1)
+    assert len(list(out.glob("*.bin"))) >= 3  # refused: untouched
+    totals = pretokenize(config, out, shard_tokens=10**9, workers=1, replace=True)
+    assert totals["shards"] == 1 and [p.name for p in out.iterdir()] == ["shard_00000.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shards"]  # nothing left beside
+
+
+def test_a_pretokenize_killed_halfway_leaves_the_old_shards_whole(
+    parquet_dir, tmp_path, monkeypatch
+):
+    import scripts.pretokenize as script
+
+    config = local(parquet_dir, tokenizer=TokenizerConfig("bytes"))
+    out = tmp_path / "shards"
+    pretokenize(config, out, shard_tokens=20000, workers=1)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real, written = script.write_shard, []
+
+    def dies_after_the_first_shard(path, tokens, identity):
+        if written:
+            raise KeyboardInterrupt  # the kill
+        written.append(path)
+        real(path, tokens, identity)
+
+    monkeypatch.setattr(script, "write_shard", dies_after_the_first_shard)
+    with pytest.raises(KeyboardInterrupt):
+        pretokenize(config, out, shard_tokens=20000, workers=1, replace=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert written[0].parent.name == "shards.partial"  # the new run wrote beside, not into
+    monkeypatch.setattr(script, "write_shard", real)
+    pretokenize(config, out, shard_tokens=20000, workers=1, replace=True)  # cleans it up
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shards"]
 
 
 @pytest.mark.parametrize("tokenizer", ["mistral_nemo", "llama3"])

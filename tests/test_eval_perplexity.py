@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from data import load_tokenizer
 from data_fixtures import real_documents, write_parquet_corpus
 from eval.perplexity import main as perplexity
+from model import Llama
 from train_helpers import metrics, run_in_process, tiny_overrides
 from training.checkpoint import load_trained_model
 
@@ -125,3 +126,29 @@ def test_the_device_flag_reaches_the_model(trained, monkeypatch):
     assert devices == [torch.device("cpu")] and result["tokens"] == 2 * 32
     perplexity([str(trained), "--batches", "1", "--batch-size", "2"])
     assert devices[-1].type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_the_export_check_reads_the_runs_text_and_tells_rounding_from_arithmetic(trained, tmp_path):
+    """transformers' Arcee keeps xIELU's scalars in bf16: on the run's own text that rounding,
+    not the arithmetic, is what the logits differ by (issue 36: 2.0e-3 on real text against
+    2.2e-6 on random tokens before the check said which)."""
+    from model.hf import export_hf
+    from scripts.export_hf import check, validation_tokens
+
+    model, config, _ = load_trained_model(trained)
+    export_hf(model, tmp_path)
+    text = validation_tokens(config, model.config.max_seq_len)
+    assert text is not None and text.shape == (2, 32)
+    rows = check(model, tmp_path, text)
+    assert [r["input"] for r in rows] == ["validation text (2 x 32)", "random tokens (2 x 32)"]
+    assert {r["class"] for r in rows} == {"ArceeForCausalLM"}
+    # the independent truth: our model with its activation scalars rounded to bf16 by hand
+    rounded = Llama(model.config)
+    rounded.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for name, tensor in [*rounded.named_parameters(), *rounded.named_buffers()]:
+            if ".mlp." in name and tensor.numel() == 1:  # alpha_p, alpha_n, beta, eps
+                tensor.copy_(tensor.bfloat16().float())
+        gap = float((rounded.eval()(text) - model.float().eval()(text)).abs().max())
+    assert gap > 0 and all(row["arithmetic"] < 1e-5 for row in rows)
+    assert rows[0]["difference"] == pytest.approx(gap, abs=1e-5)

@@ -111,3 +111,19 @@ def test_the_closing_line_says_what_the_validation_loss_covers(tiny, tmp_path):
     whole = replace(config, trainer=replace(config.trainer, eval_batches=0))
     (line, *_) = run_summary(model, tokenizer, batches, tmp_path, whole, max_new_tokens=2)
     assert line.endswith("Over the whole held-out slice (8,192 tokens).")
+
+
+@pytest.mark.parametrize(
+    "loss, words",
+    [
+        (1.0, "predicts from context"),  # below 80% of the entropy
+        (1.9, "little below what token frequencies"),
+        (2.0, "above what token frequencies"),  # equal: not below
+        (11.787, "above what token frequencies"),  # the 11.787 against 4.355, scaled
+    ],
+)
+def test_the_verdict_follows_the_sign_of_the_difference_with_the_entropy(loss, words):
+    from training.summary import loss_line
+
+    line = loss_line(loss, 2.0 if loss < 11 else 4.355, "mistral_nemo")
+    assert words in line

@@ -52,6 +52,22 @@ def test_dry_run_prints_every_job_and_submits_nothing():
     assert "activation=xielu_neg_zero" in out and "hydra/launcher=submitit_slurm" in out
 
 
+@pytest.mark.parametrize("ladder", ["ladder_h100", "ladder_gh200"])
+def test_a_tuned_ladder_lists_its_jobs_without_data_paths_or_names_the_missing_key(ladder, capsys):
+    """Issue 36: its --dry-run printed 40 lines of traceback ending in "data.paths must list
+    files", while main --dry-run listed its jobs."""
+    from scripts.sweep import main
+
+    assert main([ladder, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "read from its finished runs when this sweep is launched" in out
+    assert "jobs in " in out and "activation=xielu" in out
+    with pytest.raises(SystemExit) as refused:
+        main([ladder])  # launching needs the tuning sweep's runs, composed with data.paths
+    message = str(refused.value)
+    assert "data.paths must list files" in message and "\n" not in message
+
+
 def test_slurm_tasks_become_torch_distributed_ranks(tmp_path, monkeypatch):
     (tmp_path / "scontrol").write_text('#!/bin/sh\nprintf "nid001\\nnid002\\n"\n')
     (tmp_path / "scontrol").chmod(0o755)

@@ -32,6 +32,13 @@ def test_invalid_configs_stop_before_any_work_naming_the_key(corpus, tmp_path):
         ("trainer.debug_signal=SIGNOPE@3", r"trainer\.debug_signal='SIGNOPE@3' is not SIGNAL@STEP"),
         # 0 passed validation and then stopped the run after its first (healthy) step
         ("trainer.max_bad_steps=0", r"trainer\.max_bad_steps must be positive, got 0"),
+        # issue 36: a negative clip climbed the gradient, lr 0 trained nothing, a zero MLP
+        # width divided by zero, a small vocabulary indexed past the embedding at step 1
+        ("optim.grad_clip=-1", r"optim\.grad_clip must be >= 0 .* got -1"),
+        ("optim.lr=0", r"optim\.lr must be positive \(0 trains nothing\), got 0"),
+        ("model.mlp_hidden=0", r"model\.mlp_hidden must be positive, got 0"),
+        ("model.vocab_size=100", r"model\.vocab_size=100 is smaller than the tokenizer's .*258"),
+        ("data.text_column=body", r"no column 'body' \(data\.text_column\); its columns: "),
     ]:
         with pytest.raises(ValueError, match=message):
             run_in_process([*base, override])
@@ -220,6 +227,43 @@ def test_python_train_py_with_the_quickstart_defaults_learns(tmp_path):
         "experiment=paper_1b",
     ):
         assert command in output
+
+
+def test_a_jsonl_corpus_whose_first_record_lacks_the_text_column_is_refused_by_name(tmp_path):
+    """Issue 36: it ended in a ZeroDivisionError in the diagnostics (with them off: "no
+    training document... (counters: {})"); a parquet file's schema already said so."""
+    from data_fixtures import real_documents
+
+    (tmp_path / "corpus").mkdir()
+    lines = [json.dumps({"body": d}) for d in real_documents()[:20]]
+    (tmp_path / "corpus" / "docs.jsonl").write_text("\n".join(lines) + "\n")
+    overrides = tiny_overrides(tmp_path / "corpus", tmp_path / "run")
+    overrides = [o for o in overrides if not o.startswith("data.paths=")]
+    overrides.append(f"data.paths=[{tmp_path / 'corpus'}/*.jsonl]")
+    with pytest.raises(ValueError, match=r"its first record has no 'text' .*its keys: body"):
+        run_in_process(overrides)
+    assert not (tmp_path / "run").exists()
+
+
+def test_shards_read_with_another_tokenizer_are_refused_before_training(corpus, tmp_path):
+    from data import DataConfig, TokenizerConfig
+    from scripts.pretokenize import pretokenize
+
+    text = DataConfig(
+        source="local", paths=[f"{corpus}/*.parquet"], tokenizer=TokenizerConfig("bytes")
+    )
+    pretokenize(text, tmp_path / "shards", shard_tokens=10**6, workers=1)
+    overrides = [o for o in tiny_overrides(corpus, tmp_path / "run") if not o.startswith("data")]
+    overrides += [
+        "data=tokenized",
+        f"data.paths=[{tmp_path / 'shards'}/*.bin]",
+        "data.seq_len=32",
+        "data.validation_documents=8",
+        "data.tokenizer.name=llama3",
+    ]
+    with pytest.raises(ValueError, match=r"written by tokenizer 'bytes' and .*'llama3'"):
+        run_in_process(overrides)
+    assert not (tmp_path / "run").exists()
 
 
 def test_bad_records_are_counted_once_in_the_metrics(tmp_path):

@@ -6,12 +6,16 @@ dataclasses (refused when the config is composed), the files ``data.paths`` name
 trainer's, optimizer's and logging's in ``training.config``. This module only calls them, in
 that order, and writes nothing into the config: values derived from others (the global batch
 from ``trainer.global_batch_tokens``) are computed where they are read
-(``ExperimentConfig.sequences_per_step``). What the run directory may refuse (the checkpoints'
+(``ExperimentConfig.sequences_per_step``). The checks that need the tokenizer run once it is
+loaded (:func:`check_against_tokenizer`). What the run directory may refuse (the checkpoints'
 configs and bytes) is checked by the trainer's resume, also before anything is written.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from data import get_source
 from training.config import ConfigError, ExperimentConfig, check_trainer
 from training.schedule import check_schedule
 
@@ -22,5 +26,17 @@ def check_config(config: ExperimentConfig, world_size: int = 1) -> None:
     check_schedule(config.schedule, config.trainer.steps)
     try:
         config.data.check_inputs()
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def check_against_tokenizer(config: ExperimentConfig, tokenizer: Any) -> None:
+    """The checks that need the tokenizer (loaded, before the model is built): the model's
+    vocabulary holds its ids, and the data was written by it (token shards)."""
+    try:
+        config.model.check_vocabulary(tokenizer.vocab_size)
+        check = get_source(config.data.source).check_tokenizer
+        if check is not None:
+            check(config.data, tokenizer)
     except ValueError as error:
         raise ConfigError(str(error)) from None

@@ -34,7 +34,7 @@ class OptimConfig:
         z_loss: coefficient of the z-loss ``z * logsumexp(logits)^2`` (PaLM uses 1e-4), added to
             the training loss inside the fused LM-head loss (``model/loss.py``); 0, the paper,
             adds nothing. The logged training loss includes it; validation never does.
-        grad_clip: global gradient-norm clip; 0 disables.
+        grad_clip: global gradient-norm clip; 0 disables; negative values are refused.
         fused: torch's fused AdamW kernel (CUDA and CPU); ``None`` picks it on CUDA.
     """
 
@@ -197,7 +197,7 @@ class TrainerConfig:
 @dataclass
 class WandbConfig:
     """``mode``: ``online``, ``offline`` (files only, sync later: works with no network) or
-    ``disabled``."""
+    ``disabled``; ``WANDB_MODE`` in the environment, when set, takes its place."""
 
     mode: str = "offline"
     project: str = "xielu"
@@ -339,6 +339,13 @@ def check_trainer(config: ExperimentConfig, world_size: int = 1) -> None:
         raise ConfigError(
             f"trainer.profile_steps={list(p)} must be [first, last] with 1 <= first <= last <= "
             f"trainer.steps={t.steps}"
+        )
+    if o.lr <= 0:
+        raise ConfigError(f"optim.lr must be positive (0 trains nothing), got {o.lr}")
+    if o.grad_clip < 0:
+        raise ConfigError(
+            f"optim.grad_clip must be >= 0 (0: no clipping; a negative clip climbs the "
+            f"gradient), got {o.grad_clip}"
         )
     if o.z_loss < 0:
         raise ConfigError(f"optim.z_loss must be >= 0, got {o.z_loss}")

@@ -24,7 +24,7 @@ from model import Llama, count_parameters, training_flops_per_token
 from training import checkpoint
 from training.axes import write_run_files
 from training.checkpoint import CheckpointWriteError, CheckpointWriter
-from training.checks import check_config
+from training.checks import check_against_tokenizer, check_config
 from training.components import Instrument, Periodic, PeriodicWork, TrainerState
 from training.config import ConfigError, ExperimentConfig
 from training.instruments.grad_norms import per_layer_grad_norms
@@ -91,6 +91,7 @@ class Trainer:
         self.global_batch = config.sequences_per_step
         self.accumulation = self.global_batch // (t.micro_batch * self.env.world_size)
         self.tokenizer = load_tokenizer(config.data.tokenizer)
+        check_against_tokenizer(config, self.tokenizer)
         model = build_model(config, self.tokenizer.vocab_size, self.env.device)
         self.model_config = model.config
         model.z_loss = config.optim.z_loss  # in training only: Llama drops it in eval()

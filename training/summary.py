@@ -87,15 +87,21 @@ def coverage(tokens: int | None, eval_batches: int, run_dir: str | Path) -> str:
 
 
 def loss_line(val_loss: float | None, entropy: float, tokenizer_name: str) -> str:
-    """The loss beside the entropy; "predicts from context" once it is below 80% of it."""
+    """The loss beside the entropy, in words that follow the sign of the difference:
+    "predicts from context" once it is below 80% of it, "little below" between, "above" when
+    the model does worse than token frequencies alone."""
     if val_loss is None or not math.isfinite(entropy):
         return "validation loss: none logged (trainer.eval_every=0?)"
     unit = f" ({val_loss / math.log(2):.2f} bits per byte)" if tokenizer_name == "bytes" else ""
-    verdict = (
-        "the model predicts from context, not only from token frequencies"
-        if val_loss < 0.8 * entropy
-        else "little below what token frequencies alone give: train longer or with a higher lr"
-    )
+    if val_loss < 0.8 * entropy:
+        verdict = "the model predicts from context, not only from token frequencies"
+    elif val_loss < entropy:
+        verdict = "little below what token frequencies alone give: train longer or with a higher lr"
+    else:
+        verdict = (
+            "above what token frequencies alone give: the model has not yet learnt even which "
+            "tokens are common; train longer or with a higher lr"
+        )
     return (
         f"validation loss {val_loss:.3f} nats/token{unit} vs {entropy:.3f} for the unigram "
         f"entropy of the same text: {verdict}"

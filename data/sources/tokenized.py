@@ -23,7 +23,7 @@ from data.partition import share, worker_stream
 from data.registry import DataSource, register
 from data.repartition import deal, merge_stats, new_identity, switch_epoch
 from data.resumable import ResumableStream
-from data.shards import TokenCorpus
+from data.shards import TokenCorpus, check_tokenizer
 from data.validation import held_out_windows
 
 
@@ -168,6 +168,8 @@ register(
         validation=validation_windows,
         needs_paths=True,
         path_suffixes=(".bin",),
+        check=TokenCorpus,
+        check_tokenizer=check_tokenizer,
         repartition=repartition,
     )
 )

@@ -53,9 +53,11 @@ class TextSource:
     def _fragments(self) -> list[Fragment]:
         import pyarrow.parquet as pq
 
-        out = []
+        out, first_record_checked = [], False
         for index, path in enumerate(self.files):
             if not path.endswith(".parquet"):
+                if not first_record_checked:
+                    first_record_checked = self._check_first_record(path)
                 out.append(Fragment(path, -1))
                 continue
             try:
@@ -72,6 +74,31 @@ class TextSource:
                 )
             out.extend(Fragment(path, i) for i in range(meta.num_row_groups))
         return out
+
+    def _check_first_record(self, path: str) -> bool:
+        """The first record of a jsonl file has ``data.text_column`` (a parquet file's schema
+        says so for all of it): a name that is wrong for every record stops here, rather than
+        as "no training document" or an empty validation set. False when the file has no
+        readable record to tell."""
+        opener = gzip.open if path.endswith(".gz") else open
+        try:
+            with opener(path, "rb") as lines:
+                for line in lines:
+                    if line.strip():
+                        record = json.loads(line.decode("utf-8"))
+                        break
+                else:
+                    return False
+        except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError):
+            return False  # damaged: skipped and counted when read
+        if not isinstance(record, dict):
+            return False
+        if self.text_column not in record:
+            raise ValueError(
+                f"{path}: its first record has no {self.text_column!r} (data.text_column); "
+                f"its keys: {', '.join(map(str, record))}"
+            )
+        return True
 
     def records(self, fragment: Fragment, start: int = 0) -> Iterator[Record]:
         """Every record from row ``start`` on. A file that stops early (truncated, unreadable

@@ -37,6 +37,7 @@ def text_file_source(
         pretokenize=partial(pretokenize_chunks, open_files=open_files),
         needs_paths=needs_paths,
         path_suffixes=path_suffixes,
+        check=open_files if needs_paths else None,
         repartition=partial(repartition, open_files=open_files),
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import resource
 import secrets
 import sys
@@ -120,7 +121,8 @@ class MetricsLogger:
         self.wandb_has_through = -1 if highest is None else highest
         self.file = self.path.open("a")
         self.wandb = None
-        if wandb_config.mode != "disabled":
+        mode = wandb_mode(wandb_config)
+        if mode != "disabled":
             try:
                 import wandb
 
@@ -130,7 +132,7 @@ class MetricsLogger:
                     name=wandb_config.name or name,
                     group=wandb_config.group,
                     tags=list(wandb_config.tags),
-                    mode=wandb_config.mode,
+                    mode=mode,
                     dir=str(run_dir),
                     config=config_dict,
                     resume="allow",
@@ -170,6 +172,12 @@ class MetricsLogger:
         self.file.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def wandb_mode(config: WandbConfig) -> str:
+    """``WANDB_MODE`` from the environment when set (a cluster's or a test's way to turn wandb
+    off for every run, as wandb's own tools read it), else ``logging.wandb.mode``."""
+    return os.environ.get("WANDB_MODE") or config.mode
 
 
 def _run_id(run_dir: Path) -> str:
