@@ -22,6 +22,7 @@ from eval.downstream import during_training
 from training.checkpoint import IncompatibleCheckpointError, NoLoadableCheckpointError
 from training.config import ConfigError, ExperimentConfig, register_configs, to_experiment
 from training.loop import train
+from training.plugins import plugin_components
 
 register_configs()
 
@@ -54,8 +55,14 @@ def main(cfg: DictConfig) -> None:
     except ValueError as error:  # a dataclass __post_init__ check, naming the key
         sys.exit(f"invalid configuration: {error}")
     try:
-        # the trainer's components from the packages above training: its downstream evaluator
-        code = train(config, OmegaConf.to_yaml(cfg, resolve=True), downstream=during_training)
+        # from the packages above training: the downstream evaluator; from XIELU_PLUGINS:
+        # components added to this run (training/plugins.py)
+        code = train(
+            config,
+            OmegaConf.to_yaml(cfg, resolve=True),
+            downstream=during_training,
+            components=plugin_components(config),
+        )
     except ConfigError as error:  # settings that depend on each other, or on the run directory
         sys.exit(f"invalid configuration: {error}")
     except (IncompatibleCheckpointError, NoLoadableCheckpointError) as error:  # nothing changed

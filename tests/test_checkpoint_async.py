@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from checkpoint_helpers import ENV, tiny_model_and_optimizer, train_a_step
+from faults import faults_env
 from train_helpers import assert_same_losses, run, run_in_process, tiny_overrides
 from training import checkpoint
 from training.checkpoint import CheckpointWriter
@@ -45,12 +46,12 @@ def test_a_crash_during_an_async_save_leaves_the_previous_checkpoint(corpus, ref
     overrides = tiny_overrides(
         corpus,
         tmp_path,
-        **{"trainer.async_checkpoint": True, "trainer.debug_crash_in_checkpoint_at": 8},
+        **{"trainer.async_checkpoint": True},
     )
-    code, output = run(overrides)
+    code, output = run(overrides, env=faults_env(crash_in_checkpoint_at=8))
     assert code == 13, output[-3000:]
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step_000004", "step_000008.tmp"]  # the write in flight never published
-    code, output = run([o for o in overrides if "debug_crash" not in o])
+    code, output = run(overrides)
     assert code == 0 and "step_000004 at step 4" in output, output[-3000:]
     assert_same_losses(tmp_path, reference[1])

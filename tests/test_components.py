@@ -1,4 +1,5 @@
-"""The trainer's state registry and its periodic work (training/components.py)."""
+"""The trainer's components, their hook points and stop rules, and the state registry
+(training/components.py), driven the way training/loop.py drives them."""
 
 from __future__ import annotations
 
@@ -6,89 +7,150 @@ import json
 
 import pytest
 
-from training.components import CheckpointFormatError, Periodic, PeriodicWork, TrainerState
+from training.components import (
+    AtStop,
+    CheckpointFormatError,
+    Component,
+    Components,
+    TrainerState,
+    keeps_state,
+)
 
 
-class Log:
+class Trainer:
     def __init__(self) -> None:
         self.step = 0
         self.lines: list[tuple[int, str]] = []
 
-    def measure(self, name: str):
-        return lambda: self.lines.append((self.step, name))
+
+class Measure(Component):
+    def __init__(self, name: str, every: int, at=(), at_stop=AtStop.LATER) -> None:
+        self.name, self.every, self.at, self.at_stop = name, every, tuple(at), at_stop
+
+    def step_end(self, trainer) -> None:
+        trainer.lines.append((trainer.step, self.name))
 
 
-def work(log: Log, steps: int) -> PeriodicWork:
-    return PeriodicWork(
+def components(steps: int) -> Components:
+    return Components(
         [
-            Periodic("diagnostics", 4, log.measure("diagnostics"), (0, steps)),
-            Periodic("validation", 4, log.measure("validation"), (5, steps)),
-            Periodic("downstream", 3, log.measure("downstream"), (steps,)),
-        ]
+            Measure("log", 2, at_stop=AtStop.NOW),
+            Measure("diagnostics", 4, (0,)),
+            Measure("validation", 4, (5,)),
+            Measure("downstream", 3),
+            Measure("checkpoint", 4, at_stop=AtStop.ALWAYS),
+        ],
+        last=steps,
     )
 
 
-def train(log: Log, periodic: PeriodicWork, start: int, stop: int, signal_at: int | None):
-    """The loop's use of it: pending work first, step 0's, then each step's; returns the
-    step it stopped at and the state it would checkpoint."""
-    log.step = start
-    periodic.run_pending()
-    if start == 0:
-        periodic.at_step(0, interrupted=False)
-    for step in range(start + 1, stop + 1):
-        log.step = step
-        interrupted = step == signal_at
-        periodic.at_step(step, interrupted)
-        if interrupted:
-            return step, json.loads(json.dumps(periodic.state_dict()))
-    return stop, None
+def train(trainer: Trainer, hooks: Components, stop: int, signal_at: int | None):
+    """training/loop.py's use of them: pending work first, step 0's, then each step's; returns
+    the step it stopped at and the state it would checkpoint."""
+    hooks.run_pending(trainer, trainer.step)
+    if trainer.step == 0:
+        hooks.step_end(trainer, 0, stopping=False)
+    while trainer.step < stop:
+        trainer.step += 1
+        stopping = trainer.step == signal_at
+        hooks.step_end(trainer, trainer.step, stopping)
+        if stopping:
+            return json.loads(json.dumps(hooks.state_dict()))
+    return None
 
 
 @pytest.mark.parametrize("signal_at", [3, 4, 5, 6, 9, 12])
 def test_a_stop_signal_never_loses_a_measurement_nor_repeats_one(signal_at):
     """Issue 29 defect 6: a stop at a downstream step lost that point, and at the last step
-    the run's final downstream numbers; every step's work now runs exactly once."""
+    the run's final downstream numbers; every step's work now runs exactly once, a measurement
+    at the interrupted step first thing on resume."""
     steps = 12
-    whole = Log()
-    train(whole, work(whole, steps), 0, steps, None)
+    whole = Trainer()
+    train(whole, components(steps), steps, None)
     assert (12, "downstream") in whole.lines and (5, "validation") in whole.lines
+    assert (0, "diagnostics") in whole.lines and (12, "checkpoint") in whole.lines
 
-    log = Log()
-    stopped, state = train(log, work(log, steps), 0, steps, signal_at)
-    assert stopped == signal_at
-    resumed = work(log, steps)
+    stopped = Trainer()
+    state = train(stopped, components(steps), steps, signal_at)
+    checkpoints = [s for s, name in stopped.lines if name == "checkpoint"]
+    assert checkpoints[-1] == signal_at  # written at the stop, due or not
+    resumed = components(steps)
     resumed.load_state_dict(state)
-    train(log, resumed, stopped, steps, None)
-    assert log.lines == whole.lines
+    train(stopped, resumed, steps, None)
+    without_stop_checkpoint = [
+        line for line in stopped.lines if line != (signal_at, "checkpoint") or signal_at % 4 == 0
+    ]
+    assert sorted(without_stop_checkpoint) == sorted(whole.lines)
+    # logging ran at the stopped step itself, the measurements after the resume
+    first_after_stop = stopped.lines[stopped.lines.index((signal_at, "checkpoint")) + 1 :]
+    due = {n for s, n in whole.lines if s == signal_at} - {"log", "checkpoint"}
+    assert {n for s, n in first_after_stop[: len(due)]} == due
 
 
 def test_pending_work_that_the_resumed_config_turned_off_is_dropped():
-    log = Log()
-    periodic = PeriodicWork([Periodic("downstream", 0, log.measure("downstream"), (8,))])
-    periodic.load_state_dict({"pending": ["downstream"]})
-    periodic.run_pending()
-    assert log.lines == [] and periodic.pending == []
+    trainer = Trainer()
+    trainer.step = 8
+    hooks = Components([Measure("downstream", 0)], last=12)
+    hooks.load_state_dict({"pending": ["downstream"]})
+    hooks.run_pending(trainer, 8)
+    assert trainer.lines == [] and hooks.pending == []
+
+
+def test_every_component_judges_a_step_and_any_one_cancels_its_update():
+    class Verdict(Component):
+        def __init__(self, name: str, allow: bool) -> None:
+            self.name, self.allow, self.seen = name, allow, []
+
+        def before_update(self, trainer, loss, grad_norm) -> bool:
+            self.seen.append((loss, grad_norm))
+            return self.allow
+
+    no, yes = Verdict("no", False), Verdict("yes", True)
+    assert Components([no, yes], last=1).before_update(None, 2.0, 1.0) is False
+    assert no.seen == yes.seen == [(2.0, 1.0)]  # the later one still saw the step
+    assert Components([yes], last=1).before_update(None, 2.0, 1.0) is True
+
+
+def test_a_cadence_includes_the_last_step_and_its_extra_steps_and_never_zero_unless_asked():
+    m = Measure("m", 5, at=(3,))
+    assert [s for s in range(13) if m.due(s, 12)] == [3, 5, 10, 12]
+    assert not Measure("off", 0, at=(3,)).due(3, 12)  # 0: off, extra steps too
+    assert Measure("start", 5, at=(0,)).due(0, 12)
+
+
+def test_names_repeat_refused_and_only_components_that_keep_state_are_saved():
+    with pytest.raises(ValueError, match="repeat"):
+        Components([Measure("a", 1), Measure("a", 2)], last=4)
+    assert not keeps_state(Measure("a", 1))
+
+    class Counter(Measure):
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    assert keeps_state(Counter("c", 1))
 
 
 def test_the_registry_saves_every_part_and_refuses_a_checkpoint_without_one():
-    log = Log()
     state = TrainerState()
-    periodic = work(log, 12)
-    periodic.pending = ["validation"]
-    state.register("work", periodic)
+    hooks = components(12)
+    hooks.pending = ["validation"]
+    state.register("work", hooks)
     with pytest.raises(ValueError, match="registered already"):
-        state.register("work", periodic)
+        state.register("work", hooks)
     saved = state.state_dict()
     assert saved == {"work": {"pending": ["validation"]}}
-    periodic.pending = []
+    hooks.pending = []
     state.load_state_dict(saved)
-    assert periodic.pending == ["validation"]
+    assert hooks.pending == ["validation"]
     with pytest.raises(CheckpointFormatError, match="no state for work"):
         state.load_state_dict({})
-    added = Log()  # an instrument added to a run that has checkpoints starts afresh
+    added = Trainer()  # a component added to a run that has checkpoints starts afresh
     added.state_dict, added.load_state_dict = (lambda: {"n": 1}), added.lines.append
     state.register("added", added, required=False)
     state.load_state_dict(saved)
     assert added.lines == [] and state.state_dict()["added"] == {"n": 1}
-    with pytest.raises(CheckpointFormatError, match="not a measurement"):
-        periodic.load_state_dict({"pending": ["unknown"]})
+    with pytest.raises(CheckpointFormatError, match="not a component"):
+        hooks.load_state_dict({"pending": ["unknown"]})

@@ -33,6 +33,7 @@ from end_to_end import (
     matrix_overrides,
     shrunk,
 )
+from faults import faults_env
 from train_helpers import compose, losses, metrics, run
 
 pytestmark = pytest.mark.slow
@@ -49,9 +50,8 @@ def rank_exit_codes(torchrun_output: str) -> list[int]:
 def stop_at(overrides: list[str], step: int, processes: int, run_dir) -> str:
     """Train on ``processes`` until SIGTERM at ``step``: checkpointed, exit 75 from each rank."""
     torchrun = processes if processes > 1 else 0
-    code, output = run(
-        [*overrides, f"trainer.debug_signal=SIGTERM@{step}"], torchrun=torchrun, timeout=TIMEOUT
-    )
+    stop = faults_env(signal=f"SIGTERM@{step}")
+    code, output = run(overrides, torchrun=torchrun, timeout=TIMEOUT, env=stop)
     codes = rank_exit_codes(output) if torchrun else [code]
     assert code != 0 and set(codes) == {REQUEUED}, output[-4000:]
     assert max(losses(run_dir)) == step
@@ -124,9 +124,8 @@ def test_each_shipped_experiment_survives_sigterm_at_a_measurement_step_and_resu
     experiment, extra = CASES[case]
     overrides = [*shrunk(experiment, tmp_path), *instruments(), *extra]
     config, _ = compose(overrides)
-    code, output = run(
-        [*overrides, f"trainer.debug_signal=SIGTERM@{STOP}"], torchrun=2, timeout=TIMEOUT
-    )
+    stop = faults_env(signal=f"SIGTERM@{STOP}")
+    code, output = run(overrides, torchrun=2, timeout=TIMEOUT, env=stop)
     assert code != 0, output[-4000:]  # torchrun reports the ranks' 75 as a failure
     assert rank_exit_codes(output) and set(rank_exit_codes(output)) == {REQUEUED}, output[-4000:]
     assert max(losses(tmp_path)) == STOP

@@ -12,7 +12,7 @@ from dataclasses import fields, is_dataclass
 
 import pytest
 
-from end_to_end import EXPERIMENTS, MATRIX, STOP, instruments, matrix_overrides, shrunk
+from end_to_end import EXPERIMENTS, MATRIX, instruments, matrix_overrides, shrunk
 from train_helpers import compose
 from training.config import LoggingConfig, TrainerConfig
 
@@ -21,10 +21,6 @@ NOT_IN_THE_TIER = {
     "a mismatched resume; the tier resumes the same run",
     "trainer.allow_changes": "a refused resume's way out: the tier resumes the same run; "
     "tests/test_refused_starts.py and tests/test_diagnostics.py change fixed keys with it",
-    "trainer.debug_nan_steps": "fault injection: a NaN step changes the trajectory the tier "
-    "compares; tests/test_train.py (non-finite steps) and test_faults.py run it",
-    "trainer.debug_crash_in_checkpoint_at": "fault injection that kills a save: "
-    "tests/test_train.py and tests/test_checkpoint_safety.py run it",
     "logging.wandb.project": "wandb is a sink, off in the tier: tests/test_train.py's offline "
     "run checks what it receives",
     "logging.wandb.entity": "as logging.wandb.project",
@@ -49,7 +45,7 @@ def tier_cases(tmp_path) -> list[list[str]]:
     cases = []
     for experiment in EXPERIMENTS:
         base = shrunk(experiment, tmp_path) + instruments()
-        cases += [base, [*base, f"trainer.debug_signal=SIGTERM@{STOP}"]]
+        cases.append(base)  # the stop at STOP comes from tests/faults.py: no key
     return cases + [matrix_overrides(point, tmp_path) for point in MATRIX]
 
 

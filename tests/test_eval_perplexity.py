@@ -93,7 +93,7 @@ def test_a_run_exports_to_transformers_with_its_tokenizer_ids(trained, tmp_path)
     assert ids == (tokenizer.bos_id, tokenizer.eos_id) == (256, 257)
 
 
-def test_a_run_config_written_before_key_renames_still_loads(tmp_path):
+def test_a_run_config_written_before_key_renames_and_removals_still_loads(tmp_path):
     from omegaconf import OmegaConf
 
     from training.checkpoint import run_config
@@ -103,6 +103,8 @@ def test_a_run_config_written_before_key_renames_still_loads(tmp_path):
     old["data"]["document_ids"] = old["data"].pop("document_mask")
     old["data"]["document_ids"] = True
     old["trainer"]["compile"], old["trainer"]["activation_checkpointing"] = True, False
+    # issue 37: the fault injection left the schema for tests/faults.py
+    old["trainer"].update(debug_nan_steps=[2], debug_crash_in_checkpoint_at=-1, debug_signal="")
     old["trainer"]["run_dir"] = str(tmp_path)
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(old))
     config = run_config(tmp_path)

@@ -42,24 +42,29 @@ def toy_rate(step: int, total: int, optim, schedule) -> float:
     return optim.lr * 0.5 ** (4 * step // total)
 
 
-class StepCounter:
-    """A toy instrument with state: how many times it measured, over resumes too."""
+def step_counter():
+    from training.components import Component
 
-    name, every = "toy_counter", 3
+    class StepCounter(Component):
+        """A toy instrument with state: how many times it measured, over resumes too."""
 
-    def __init__(self) -> None:
-        self.calls = 0
+        name, every = "toy_counter", 3
 
-    def measure(self, trainer) -> dict[str, float]:
-        self.calls += 1
-        weight = trainer.model.bare.norm.weight
-        return {"toy/calls": self.calls, "toy/final_norm_mean": float(weight.detach().mean())}
+        def __init__(self) -> None:
+            self.calls = 0
 
-    def state_dict(self) -> dict:
-        return {"calls": self.calls}
+        def step_end(self, trainer) -> None:
+            self.calls += 1
+            weight = float(trainer.model.bare.norm.weight.detach().mean())
+            trainer.log({"toy/calls": self.calls, "toy/final_norm_mean": weight}, console=False)
 
-    def load_state_dict(self, state: dict) -> None:
-        self.calls = state["calls"]
+        def state_dict(self) -> dict:
+            return {"calls": self.calls}
+
+        def load_state_dict(self, state: dict) -> None:
+            self.calls = state["calls"]
+
+    return StepCounter()
 
 
 def train_with_toys(root):
@@ -100,8 +105,8 @@ def train_with_toys(root):
         )
         overrides = [o for o in overrides if not o.startswith("data=")]
         config, config_yaml = compose(overrides)
-        counter = StepCounter()
-        code = train(config, config_yaml, downstream=during_training, instruments=[counter])
+        counter = step_counter()
+        code = train(config, config_yaml, downstream=during_training, components=[counter])
         assert code == 0
         return run_dir, config, counter
     finally:

@@ -10,6 +10,7 @@ import signal
 
 import pytest
 
+from faults import faults_env
 from train_helpers import launch, losses, metrics, run, tiny_overrides
 
 pytestmark = pytest.mark.slow
@@ -43,10 +44,9 @@ def test_each_signal_checkpoints_and_requeues_only_when_it_asks_for_it(
             "trainer.steps": 100000,
             "trainer.checkpoint_every": 0,
             "trainer.eval_every": 0,
-            "trainer.debug_signal": f"{sig}@3",
         },
     )
-    code, output = run(overrides, env=env, timeout=120)
+    code, output = run(overrides, env={**env, **faults_env(signal=f"{sig}@3")}, timeout=120)
     assert code == REQUEUED, output
     (checkpoint,) = (run_dir / "checkpoints").iterdir()
     assert checkpoint.name == "step_000003" and max(losses(run_dir)) == 3
@@ -90,7 +90,7 @@ def test_sigterm_to_the_whole_step_with_workers_checkpoints_and_the_rerun_repeat
 def test_a_stop_at_an_evaluation_step_evaluates_that_step_on_resume(corpus, tmp_path, slurm):
     env, _ = slurm
     overrides = tiny_overrides(corpus, tmp_path)  # 12 steps, eval every 6, stable end at 8
-    code, output = run([*overrides, "trainer.debug_signal=SIGTERM@6"], env=env)
+    code, output = run(overrides, env={**env, **faults_env(signal="SIGTERM@6")})
     assert code == REQUEUED, output
     assert not [m for m in metrics(tmp_path) if "val/loss" in m]  # stopped before evaluating
     code, output = run(overrides, env=env)

@@ -121,6 +121,7 @@ def test_the_sbatch_script_trains_and_resumes_on_two_nodes_like_one_node(corpus,
     """slurm/train.sbatch with a fake srun for a 2-node job: two torchrun agents (--nnodes=2,
     c10d rendezvous on 127.0.0.1) start one rank each; the run checkpoints, a second job
     resumes it, and the losses equal a single-node torchrun with the same 2 ranks."""
+    from faults import faults_env
     from train_helpers import ROOT, losses, run, tiny_overrides
 
     log = _fake_slurm(tmp_path / "bin", nodes=2)
@@ -143,9 +144,13 @@ def test_the_sbatch_script_trains_and_resumes_on_two_nodes_like_one_node(corpus,
         "OMP_NUM_THREADS": "1",
         "HOME": str(tmp_path),
     }
-    first = tiny_overrides(corpus, run_dir, **{**extra, "trainer.debug_signal": "SIGKILL@6@1"})
+    first = tiny_overrides(corpus, run_dir, **extra)
     done = subprocess.run(
-        ["bash", str(SCRIPT), *first], env=env, capture_output=True, text=True, timeout=300
+        ["bash", str(SCRIPT), *first],
+        env={**env, **faults_env(signal="SIGKILL@6@1")},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode != 0  # rank 1 killed at step 6: the step fails, as on a cluster
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000004"]

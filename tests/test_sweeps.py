@@ -143,7 +143,7 @@ def test_null_booleans_and_lists_in_a_sweep_reach_the_config_as_values():
                 "sweep": {
                     "model.mlp_hidden": [None],
                     "trainer.async_checkpoint": [True],
-                    "trainer.debug_nan_steps": [[2, 3]],
+                    "trainer.profile_steps": [[2, 3]],
                 },
             }
         ]
@@ -152,7 +152,7 @@ def test_null_booleans_and_lists_in_a_sweep_reach_the_config_as_values():
     config, _ = compose(job)
     assert config.model.mlp_hidden is None
     assert config.trainer.async_checkpoint is True
-    assert config.trainer.debug_nan_steps == [2, 3]
+    assert config.trainer.profile_steps == [2, 3]
     (cmd,) = commands(sweep, "basic")
     assert "model.mlp_hidden=null" in cmd and "trainer.async_checkpoint=true" in cmd
 

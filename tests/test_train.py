@@ -8,6 +8,7 @@ import signal
 import pytest
 from hydra.errors import ConfigCompositionException
 
+from faults import fault_components, faults_env
 from train_helpers import compose, losses, metrics, run, run_in_process, tiny_overrides
 from wandb_records import history_keys
 
@@ -29,7 +30,6 @@ def test_invalid_configs_stop_before_any_work_naming_the_key(corpus, tmp_path):
         ("data.seq_len=64", r"data\.seq_len=64 exceeds model\.max_seq_len=32"),
         ("trainer.parallelism=zero3", r"trainer\.parallelism='zero3' is not one of"),
         ("trainer.global_batch_tokens=100", r"trainer\.global_batch_tokens=100 is not a"),
-        ("trainer.debug_signal=SIGNOPE@3", r"trainer\.debug_signal='SIGNOPE@3' is not SIGNAL@STEP"),
         # 0 passed validation and then stopped the run after its first (healthy) step
         ("trainer.max_bad_steps=0", r"trainer\.max_bad_steps must be positive, got 0"),
         # issue 36: a negative clip climbed the gradient, lr 0 trained nothing, a zero MLP
@@ -97,9 +97,9 @@ def test_training_loss_falls_and_metrics_are_written(reference):
 def test_resume_after_sigkill_reproduces_every_loss(corpus, reference, tmp_path):
     _, expected = reference
     overrides = tiny_overrides(corpus, tmp_path)
-    code, output = run([*overrides, "trainer.debug_signal=SIGKILL@6"])  # between checkpoints
+    code, output = run(overrides, env=faults_env(signal="SIGKILL@6"))  # between checkpoints
     assert code == -signal.SIGKILL, output
-    assert max(losses(tmp_path)) == 6
+    assert max(losses(tmp_path)) == 5  # killed once step 6 is taken, before it is logged
     code, output = run(overrides)
     assert code == 0, output
     assert "resumed from" in output and "step_000004" in output
@@ -110,7 +110,7 @@ def test_resume_after_sigkill_reproduces_every_loss(corpus, reference, tmp_path)
 def test_crash_while_saving_leaves_the_previous_checkpoint(corpus, reference, tmp_path):
     _, expected = reference
     overrides = tiny_overrides(corpus, tmp_path)
-    code, output = run([*overrides, "trainer.debug_crash_in_checkpoint_at=8"])
+    code, output = run(overrides, env=faults_env(crash_in_checkpoint_at=8))
     assert code == 13, output
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step_000004", "step_000008.tmp"]
@@ -124,7 +124,7 @@ def test_a_crashed_saves_tmp_directory_is_removed_when_the_run_starts_again(corp
     """A .tmp whose step is not saved again (here: the rerun ends at step 6) held a whole
     checkpoint's disk for ever."""
     overrides = tiny_overrides(corpus, tmp_path)
-    code, output = run([*overrides, "trainer.debug_crash_in_checkpoint_at=8"])
+    code, output = run(overrides, env=faults_env(crash_in_checkpoint_at=8))
     assert code == 13, output
     code, output = run([*overrides, "trainer.steps=6", "schedule.decay_steps=2"])
     assert code == 0 and "removed" in output and "step_000008.tmp" in output, output
@@ -136,10 +136,9 @@ def test_a_crashed_saves_tmp_directory_is_removed_when_the_run_starts_again(corp
 
 def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path, caplog):
     one = tmp_path / "one"
-    overrides = tiny_overrides(
-        corpus, one, **{"trainer.debug_nan_steps": "[1,3]", "trainer.steps": 6}
-    )
-    assert run_in_process(overrides) == 0  # two bad steps, never two in a row
+    overrides = tiny_overrides(corpus, one, **{"trainer.steps": 6})
+    # two bad steps, never two in a row
+    assert run_in_process(overrides, fault_components(nan_steps=[1, 3])) == 0
     records = [m for m in metrics(one) if "loss" in m]
     assert math.isnan(records[3]["loss"]) and records[-1]["skipped_steps"] == 2
     assert math.isfinite(records[-1]["loss"])
@@ -148,12 +147,9 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path, caplog
         tiny_overrides(
             corpus,
             many,
-            **{
-                "trainer.debug_nan_steps": "[1,2,3,4]",
-                "trainer.max_bad_steps": 2,
-                "trainer.checkpoint_every": 2,
-            },
-        )
+            **{"trainer.max_bad_steps": 2, "trainer.checkpoint_every": 2},
+        ),
+        fault_components(nan_steps=[1, 2, 3, 4]),
     )
     assert code == 3
     assert "2 consecutive steps had a non-finite loss" in caplog.text  # max_bad_steps=2: at 2
@@ -307,7 +303,7 @@ def test_a_resume_runs_the_configs_optimizer_settings_not_the_checkpoints(corpus
     trainer = Trainer(config, config_yaml)
     try:
         with caplog.at_level("WARNING"):
-            trainer._resume()
+            trainer.checkpointing.restore(trainer)
         assert trainer.step == 6
         groups = trainer.optimizer.param_groups
         assert {g["weight_decay"] for g in groups} == {0.5, 0.0}  # decayed and undecayed

@@ -57,12 +57,13 @@ def compose(overrides: list[str]):
     return to_experiment(cfg), OmegaConf.to_yaml(cfg, resolve=True)
 
 
-def run_in_process(overrides: list[str]) -> int:
-    """``train.py``'s run in this process, with the same components it hands the trainer."""
+def run_in_process(overrides: list[str], components=()) -> int:
+    """``train.py``'s run in this process, with the same components it hands the trainer, and
+    ``components`` added (``tests/faults.py``'s, for one)."""
     from eval.downstream import during_training
     from training.loop import train
 
-    return train(*compose(overrides), downstream=during_training)
+    return train(*compose(overrides), downstream=during_training, components=components)
 
 
 def launch(overrides: list[str], torchrun: int = 0, **kwargs) -> subprocess.Popen:

@@ -1,22 +1,33 @@
-"""The trainer's stateful parts and its periodic work, each registered once.
+"""Everything the trainer does besides the update is a component, run at named hook points.
 
-A checkpoint must hold every part of the trainer whose state changes the run's future (the step
-verdicts' counters and spike window, the work a stop signal interrupted), and a stop signal must
-never lose a measurement. Wired into the loop by hand, one instrument's state was left out of the
-checkpoint and one instrument out of the "missed at a signal" rule. Here a part is registered
-by name in :class:`TrainerState`, which saves and restores all of them, and a measurement is a
-:class:`Periodic` in :class:`PeriodicWork`, which runs what is due at a step or, when the step
-was interrupted, keeps it pending (saved with the rest) for the resumed run to do first. The
-anchor is torchtitan's components (checkpointer, validator, metrics), each owning its cadence
-and state. A researcher's own measurement is an :class:`Instrument` handed to the trainer
-(``training.loop.train(..., instruments=[...])``; docs/extending.md): the trainer makes it a
-``Periodic`` and, when it keeps state, registers it, so it cannot miss either rule.
+Wired into the loop by hand, one part's state was once left out of the checkpoint, one
+measurement out of the "missed at a stop signal" rule, and "every N steps" was written four
+ways. So each part is a :class:`Component` that owns its cadence (``every``, ``at``, ``due``),
+its settings and its state, and the trainer only runs the hook points in order:
+
+- ``begin``: once, before the first step this process takes (after a resume: at its step);
+- ``step_start``: before the step's first micro-batch (the profiler opens its span);
+- ``before_clip``: the step's gradients are complete and not yet clipped (per-layer norms);
+- ``before_update``: the loss and global gradient norm are known; any component may cancel the
+  update (the non-finite rule, the spike monitor), every one of them sees the step;
+- ``after_update``: the update is applied or skipped; components add to the step's record;
+- ``step_end``: on the component's cadence, once the step is over (logging, validation,
+  diagnostics, downstream, profiling, checkpointing);
+- ``end``: the run is leaving the loop, normally or not.
+
+A stop signal goes straight to the checkpoint (the grace period is short), and ``at_stop``
+says, per component, what happens to its end-of-step work at the interrupted step:
+``AtStop.LATER`` keeps it pending (saved in the checkpoint) for the resumed run to do first, on
+the same restored weights, logged at the same step; ``AtStop.NOW`` runs it at its step anyway;
+``AtStop.ALWAYS`` runs it at every stop, due or not (the checkpoint is written at the stop).
+The anchors are torchtitan's components and OLMo-core's callbacks; this is the smaller set of
+hook points a Llama pretraining loop needs. docs/extending.md adds one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import enum
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 
@@ -26,24 +37,61 @@ class Stateful(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-class Instrument(Protocol):
-    """A measurement added to the loop from outside training/ (docs/extending.md).
-
-    ``name`` names it in the checkpoint and in the pending list; ``every`` is its cadence in
-    steps (also taken at the last step; 0: never); ``measure(trainer)`` is called on every rank
-    (it may run collectives) and returns the record rank 0 logs (other ranks' returns are
-    ignored). An instrument with ``state_dict`` / ``load_state_dict`` is saved and restored
-    with the trainer's other parts; its state must be JSON values.
-    """
-
-    name: str
-    every: int
-
-    def measure(self, trainer: Any) -> dict[str, float]: ...
-
-
 class CheckpointFormatError(RuntimeError):
     """A checkpoint without a part this trainer registers: written by another version."""
+
+
+class AtStop(enum.Enum):
+    LATER = "later"  # due work at an interrupted step: pending, done first on resume
+    NOW = "now"  # due work at an interrupted step: done at its step
+    ALWAYS = "always"  # done at every stop, due or not
+
+
+class Component:
+    """A part of the trainer; override the hooks it needs (each receives the trainer).
+
+    ``every``: the cadence of ``step_end`` in steps (0: never); a cadenced component also runs
+    at the run's last step and at the steps in ``at``. Hooks run on every rank, in the order the
+    components were given, so they may run collectives; a record is logged with
+    ``trainer.log(record)`` (rank 0 writes it). A component that defines ``state_dict`` and
+    ``load_state_dict`` (JSON values) is saved in every checkpoint under its ``name``.
+    """
+
+    name: str = ""
+    every: int = 0
+    at: tuple[int, ...] = ()
+    at_stop: AtStop = AtStop.LATER
+
+    def due(self, step: int, last: int) -> bool:
+        """Whether ``step_end`` runs at ``step`` (1-based: the step just taken) of ``last``."""
+        if self.every <= 0:
+            return False
+        return (step > 0 and step % self.every == 0) or step == last or step in self.at
+
+    def begin(self, trainer: Any) -> None: ...
+
+    def step_start(self, trainer: Any) -> None: ...
+
+    def before_clip(self, trainer: Any) -> None: ...
+
+    def before_update(self, trainer: Any, loss: float, grad_norm: float) -> bool:
+        return True
+
+    def after_update(self, trainer: Any, stepped: bool) -> None: ...
+
+    def step_end(self, trainer: Any) -> None: ...
+
+    def out_of_memory(self, trainer: Any) -> None: ...
+
+    def end(self, trainer: Any, error: BaseException | None) -> None: ...
+
+
+def _overrides(component: Component, hook: str) -> bool:
+    return getattr(type(component), hook) is not getattr(Component, hook)
+
+
+def keeps_state(component: object) -> bool:
+    return hasattr(component, "state_dict") and hasattr(component, "load_state_dict")
 
 
 class TrainerState:
@@ -55,9 +103,9 @@ class TrainerState:
         self.optional: set[str] = set()  # may be missing from a checkpoint: starts afresh
 
     def register(self, name: str, part: Stateful, required: bool = True) -> None:
-        """``required=False`` for a part a resumed run may have gained (an instrument added
-        to a run that has checkpoints): it starts from its initial state instead of the run
-        being refused."""
+        """``required=False`` for a part a resumed run may have gained (a component added to a
+        run that has checkpoints): it starts from its initial state instead of the run being
+        refused."""
         if name in self.parts:
             raise ValueError(f"a trainer part named {name!r} is registered already")
         self.parts[name] = part
@@ -79,59 +127,70 @@ class TrainerState:
                 part.load_state_dict(state[name])
 
 
-@dataclass(frozen=True)
-class Periodic:
-    """A measurement the loop takes every ``every`` steps (0: never) and also at the steps in
-    ``at`` (e.g. the end of the stable phase and of the run). ``run`` is called on every rank
-    (measurements are collectives) and logs what it measured itself."""
+class Components:
+    """The trainer's components in order, the hook points that run them, and the end-of-step
+    work a stop signal left pending (its state: ``{"pending": [names]}``)."""
 
-    name: str
-    every: int
-    run: Callable[[], None]
-    at: tuple[int, ...] = ()
-
-    def due(self, step: int) -> bool:
-        if self.every <= 0:
-            return False
-        return (step > 0 and step % self.every == 0) or step in self.at
-
-
-class PeriodicWork:
-    """The measurements, in the order they run at a step, and those a stop signal left pending.
-
-    A stop signal goes straight to the checkpoint (the grace period is short), so the work due
-    at that step is not done then but saved as pending; the resumed run does it first, on the
-    same restored weights, and logs it at the same step: every measurement is logged at each of
-    its steps exactly once, interrupted or not.
-    """
-
-    def __init__(self, work: Iterable[Periodic]) -> None:
-        self.work = {w.name: w for w in work}
+    def __init__(self, components: Iterable[Component], last: int) -> None:
+        self.all = list(components)
+        self.last = last
+        self.by_name = {c.name: c for c in self.all}
+        if len(self.by_name) != len(self.all):
+            raise ValueError(f"component names repeat: {[c.name for c in self.all]}")
+        self.cadenced = [c for c in self.all if _overrides(c, "step_end")]
         self.pending: list[str] = []
 
-    def due(self, step: int) -> list[str]:
-        return [name for name, w in self.work.items() if w.due(step)]
+    def begin(self, trainer: Any) -> None:
+        for c in self.all:
+            c.begin(trainer)
 
-    def at_step(self, step: int, interrupted: bool) -> None:
-        """Run what is due at ``step``, or, when the step was interrupted, keep it pending."""
-        if interrupted:
-            self.pending = self.due(step)
-            return
-        for name in self.due(step):
-            self.work[name].run()
+    def step_start(self, trainer: Any) -> None:
+        for c in self.all:
+            c.step_start(trainer)
 
-    def run_pending(self) -> None:
-        """The interrupted step's work, unless the resumed run's config turned it off."""
+    def before_clip(self, trainer: Any) -> None:
+        for c in self.all:
+            c.before_clip(trainer)
+
+    def before_update(self, trainer: Any, loss: float, grad_norm: float) -> bool:
+        verdicts = [c.before_update(trainer, loss, grad_norm) for c in self.all]
+        return all(verdicts)
+
+    def after_update(self, trainer: Any, stepped: bool) -> None:
+        for c in self.all:
+            c.after_update(trainer, stepped)
+
+    def step_end(self, trainer: Any, step: int, stopping: bool) -> None:
+        """The end-of-step work due at ``step``; at a stop, each component's ``at_stop`` rule."""
+        for c in self.cadenced:
+            due = c.due(step, self.last)
+            if stopping and c.at_stop is AtStop.LATER:
+                if due:
+                    self.pending.append(c.name)
+            elif due or (stopping and c.at_stop is AtStop.ALWAYS):
+                c.step_end(trainer)
+
+    def run_pending(self, trainer: Any, step: int) -> None:
+        """The interrupted step's work, first thing on resume, unless this run's config no
+        longer has it due at that step."""
         pending, self.pending = self.pending, []
         for name in pending:
-            if self.work[name].every > 0:
-                self.work[name].run()
+            if self.by_name[name].due(step, self.last):
+                self.by_name[name].step_end(trainer)
+
+    def out_of_memory(self, trainer: Any) -> None:
+        for c in self.all:
+            c.out_of_memory(trainer)
+
+    def end(self, trainer: Any, error: BaseException | None) -> None:
+        for c in self.all:
+            c.end(trainer, error)
 
     def state_dict(self) -> dict[str, Any]:
         return {"pending": list(self.pending)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        unknown = [name for name in state["pending"] if name not in self.work]
+        unknown = [name for name in state["pending"] if name not in self.by_name]
         if unknown:
-            raise CheckpointFormatError(f"pending work {unknown} is not a measurement here")
+            raise CheckpointFormatError(f"pending work {unknown} is not a component here")
         self.pending = list(state["pending"])

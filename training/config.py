@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from data.config import DataConfig
 from model.config import ModelConfig
-from training.runtime.preemption import parse_debug_signal
 
 
 @dataclass
@@ -147,12 +146,6 @@ class TrainerConfig:
         CUDA a memory snapshot too); empty: no profiling.
     collective_timeout_s: how long a collective waits for the slowest rank before the job
         fails (a rank that hangs); a rank that dies stops the others at once (torchrun).
-    debug_nan_steps: fault injection for tests: make the loss NaN at these (0-based) steps.
-    debug_crash_in_checkpoint_at: fault injection for tests: die halfway through this step's
-        checkpoint save, after the shards are written and before the checkpoint is published.
-    debug_signal: fault injection for tests: ``SIGNAL@STEP[@RANK]``, the process (of that rank)
-        sends itself SIGNAL right after step STEP is logged: an interruption at a known step,
-        where a signal sent from outside would race the run.
     """
 
     steps: int = 100
@@ -189,9 +182,6 @@ class TrainerConfig:
     downstream_data: str = ""
     profile_steps: list[int] = field(default_factory=list)
     collective_timeout_s: int = 1800
-    debug_nan_steps: list[int] = field(default_factory=list)
-    debug_crash_in_checkpoint_at: int = -1
-    debug_signal: str = ""
 
 
 @dataclass
@@ -351,7 +341,6 @@ def check_trainer(config: ExperimentConfig, world_size: int = 1) -> None:
         raise ConfigError(f"optim.z_loss must be >= 0, got {o.z_loss}")
     if not 0 <= o.min_lr <= o.lr:
         raise ConfigError(f"optim.min_lr={o.min_lr} must lie in [0, optim.lr={o.lr}]")
-    parse_debug_signal(t.debug_signal)  # raises naming the key
     for name in ("axes", "allow_changes"):
         for key in getattr(t, name):
             try:

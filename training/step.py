@@ -39,7 +39,6 @@ def train_step(
     grad_clip: float,
     *,
     should_update: Callable[[torch.Tensor, torch.Tensor], bool] | None = None,
-    poison_loss: bool = False,
     on_phase: Callable[[str], None] = _nothing,
     before_clip: Callable[[], None] | None = None,
 ) -> StepResult:
@@ -48,10 +47,10 @@ def train_step(
     Gradients are synchronised over ranks on the last micro-batch only (or as
     ``TrainingModel.gradient_sync`` says), clipped to ``grad_clip`` (0: measured, not clipped),
     and applied unless ``should_update(loss_sum, grad_norm)`` says no (the trainer skips
-    non-finite steps there); the gradients are freed either way. ``poison_loss`` makes the loss
-    NaN (fault injection). ``on_phase`` is called after each forward, backward and the update
-    (the memory estimate records its peaks there); ``before_clip`` once the step's gradients
-    are complete and not yet clipped (the per-layer gradient norms are read there).
+    non-finite steps there); the gradients are freed either way. ``on_phase`` is called after
+    each forward, backward and the update (the memory estimate records its peaks there);
+    ``before_clip`` once the step's gradients are complete and not yet clipped (the per-layer
+    gradient norms are read there).
     """
     device = model.env.device
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
@@ -60,8 +59,6 @@ def train_step(
         last = micro == accumulation - 1
         with model.gradient_sync(last), model.autocast():
             loss = model(batch["inputs"], batch["targets"], batch.get("document_ids"))
-            if poison_loss:
-                loss = loss * float("nan")
         on_phase(f"forward {micro + 1}")
         (loss / accumulation).backward()
         loss_sum += loss.detach().double()

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
+from training.components import Component
 from training.instruments.spikes import Spike, SpikeMonitor
 
 log = logging.getLogger(__name__)
@@ -29,7 +31,11 @@ class NonFiniteTrainingError(RuntimeError):
     pass
 
 
-class StepHealth:
+class StepHealth(Component):
+    """The trainer's ``health`` component: its verdict before each update, its count after."""
+
+    name = "health"
+
     def __init__(
         self,
         max_bad_steps: int,
@@ -45,6 +51,16 @@ class StepHealth:
         self.found: list[Spike] = []  # the spikes of the step being judged
         self.new_level = False  # the step being judged ended a run of skipped spikes
         self.spike_skipped = False  # the step being judged is a skipped spike
+
+    def before_update(self, trainer: Any, loss: float, grad_norm: float) -> bool:
+        return self.should_update(loss, grad_norm)
+
+    def after_update(self, trainer: Any, stepped: bool) -> None:
+        record = trainer.record
+        self.settle(trainer.step, stepped, record["loss"], record["grad_norm"], trainer.env.is_main)
+        record["skipped_steps"] = self.skipped
+        if self.spike_count is not None:
+            record["spikes"] = self.spike_count
 
     def should_update(self, loss: float, grad_norm: float) -> bool:
         """The verdict on a step, given before its update."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from model import Llama
+from model import Llama, count_parameters
 from model.hf import UnsupportedExportError, hf_activation_name, hf_model_type
 from model.sampling import SamplingConfig, document_start, generate
 from training.config import ExperimentConfig
@@ -190,3 +190,32 @@ def run_summary(
         sample_line(model, tokenizer, config.data.tokenizer.add_bos, max_new_tokens),
         *next_commands(run_dir, config),
     ]
+
+
+def closing_summary(trainer) -> None:
+    """Print the closing lines of a finished run (a collective: every rank calls it)."""
+    batches = trainer.measure.batches
+    entropy = validation_entropy(batches, trainer.model_config, trainer.env.device)
+    if trainer.env.is_main:
+        lines = run_summary(
+            trainer.model.bare,
+            trainer.tokenizer,
+            batches,
+            trainer.run_dir,
+            trainer.config,
+            entropy=entropy,
+        )
+        print("\n".join(lines), flush=True)  # the user's closing screen, not a log
+
+
+def opening_line(trainer) -> str:
+    """What is being trained, on what, with what batch: the run's first log line."""
+    c, env, model_config = trainer.config, trainer.env, trainer.model_config
+    params = count_parameters(model_config)
+    return (
+        f"{c.name}: {c.model.activation}, {params.total / 1e6:.1f}M parameters "
+        f"(vocab {model_config.vocab_size}), {env.world_size} x {env.device.type}, "
+        f"{c.trainer.parallelism if env.distributed else 'single process'}, "
+        f"global batch {trainer.global_batch} x {c.data.seq_len} tokens "
+        f"(accumulation {trainer.accumulation}), {c.trainer.steps} steps -> {trainer.run_dir}"
+    )

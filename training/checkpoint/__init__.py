@@ -18,6 +18,7 @@ interpret.
 - ``rank_files``: each rank's data state and RNG.
 - ``load``: resuming: every rank agrees, damage falls back, incompatibility stops.
 - ``rng``: every RNG's state in the form the rank files can hold.
+- ``saving``: the trainer's checkpoint component: the cadence, the save at a stop, the resume.
 - ``runs``: a finished run read back, its config and trained model, for eval and export.
 """
 
@@ -47,6 +48,7 @@ from training.checkpoint.runs import (
     load_trained_model,
     run_config,
 )
+from training.checkpoint.saving import Checkpointing
 from training.checkpoint.unpickling import UnsafeCheckpointError, dcp_load
 from training.checkpoint.writer import (
     CheckpointWriteError,
@@ -58,6 +60,7 @@ __all__ = [
     "CONFIG_FILE",
     "CheckpointWriteError",
     "CheckpointWriter",
+    "Checkpointing",
     "DamagedCheckpointError",
     "IncompatibleCheckpointError",
     "Loaded",

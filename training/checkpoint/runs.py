@@ -33,6 +33,13 @@ _ONE_PROCESS = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"
 
 # keys renamed since runs were written: (section, old name, new name)
 RENAMED_KEYS = [("data", "document_ids", "document_mask")]
+# keys removed since runs were written: (section, key); their values changed nothing a run
+# produced (the fault injection now in tests/faults.py)
+DROPPED_KEYS = [
+    ("trainer", "debug_nan_steps"),
+    ("trainer", "debug_crash_in_checkpoint_at"),
+    ("trainer", "debug_signal"),
+]
 # values of switches that became choices: (section, key, {old value: new value})
 RENAMED_VALUES = [
     ("trainer", "compile", {True: "blocks", False: "none"}),
@@ -66,12 +73,17 @@ def checkpoint_config(checkpoint: Path) -> ExperimentConfig:
 
 
 def config_from_file(path: Path) -> ExperimentConfig:
-    """A saved ``config.yaml``, its renamed keys and values brought up to date."""
+    """A saved ``config.yaml``, its renamed keys and values brought up to date, its dropped
+    keys left out."""
     saved = OmegaConf.load(path)
     for section, old, new in RENAMED_KEYS:
         node = saved.get(section)
         if node is not None and old in node:
             node[new] = node.pop(old)
+    for section, key in DROPPED_KEYS:
+        node = saved.get(section)
+        if node is not None and key in node:
+            node.pop(key)
     for section, key, values in RENAMED_VALUES:
         node = saved.get(section)
         if node is not None and isinstance(node.get(key), bool):

@@ -57,8 +57,6 @@ from training.runtime.distributed import Env
 
 log = logging.getLogger(__name__)
 
-EXIT_CRASH_INJECTED = 13
-
 
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written; the previous one is untouched."""
@@ -69,7 +67,6 @@ class _InFlight:
     step: int
     tmp: Path
     future: Future
-    crash_before_publish: bool
 
 
 class CheckpointWriter:
@@ -105,7 +102,6 @@ class CheckpointWriter:
         trainer_state: dict,
         data_state: dict,
         config_yaml: str,
-        crash_before_publish: bool = False,
     ) -> Path:
         """Write (or start writing) checkpoint ``step``; returns its final path."""
         self.wait()
@@ -143,11 +139,9 @@ class CheckpointWriter:
         self.stall_s += time.perf_counter() - started
         self.saves += 1
         if self.asynchronous:
-            self.in_flight = _InFlight(step, tmp, future, crash_before_publish)
-            if crash_before_publish:  # fault injection: die while the write is in flight
-                os._exit(EXIT_CRASH_INJECTED)
+            self.in_flight = _InFlight(step, tmp, future)
         else:
-            self._publish(step, tmp, own, crash_before_publish)
+            self._publish(step, tmp, own)
         return root / step_dir_name(step)
 
     def poll(self) -> None:
@@ -176,7 +170,7 @@ class CheckpointWriter:
         if distributed.any_rank(failed is not None, self.env.device):
             self._failed(flight.step, flight.tmp, failed or RuntimeError("failed on another rank"))
         self.stall_s += time.perf_counter() - started
-        self._publish(flight.step, flight.tmp, own, False)
+        self._publish(flight.step, flight.tmp, own)
 
     def _write_small_files(self, tmp: Path, trainer_state, data_state, config_yaml) -> None:
         with open(rank_file(tmp, self.env.rank), "wb") as f:
@@ -193,7 +187,7 @@ class CheckpointWriter:
                     f.write(text)
                     flush_to_disk(f)
 
-    def _publish(self, step: int, tmp: Path, own: dict, crash_before_publish: bool) -> None:
+    def _publish(self, step: int, tmp: Path, own: dict) -> None:
         """The manifest, then the rename that makes the checkpoint visible (``own``: this
         rank's files' checksums)."""
         try:
@@ -204,8 +198,11 @@ class CheckpointWriter:
             failed = None
         if distributed.any_rank(failed is not None, self.env.device):
             self._failed(step, tmp, failed or RuntimeError("failed on another rank"))
-        if crash_before_publish:  # fault injection: every part written, nothing published
-            os._exit(EXIT_CRASH_INJECTED)
+        self._rename(step, tmp)
+
+    def _rename(self, step: int, tmp: Path) -> None:
+        """The atomic step: from here on the checkpoint exists (and the oldest beyond
+        ``keep`` goes)."""
         final = tmp.with_name(step_dir_name(step))
         if self.env.is_main:
             shutil.rmtree(final, ignore_errors=True)

@@ -15,9 +15,11 @@ bf16 FSDP2 keeps whole on every rank (norms, activation scalars) are counted onc
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
+from training.components import Component
 from training.runtime import distributed
 
 GROUPS = ("attn", "mlp", "act")
@@ -68,3 +70,19 @@ def per_layer_grad_norms(model, device: torch.device) -> dict[str, float]:
         for j, group in enumerate(GROUPS)
         if present[i, j]
     }
+
+
+class GradNorms(Component):
+    """Every ``logging.grad_norms_every`` steps, on the step's complete gradients before they
+    are clipped, logged at that step. A step's own measurement: nothing is left for later."""
+
+    name = "grad_norms"
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+
+    def before_clip(self, trainer: Any) -> None:
+        step = trainer.step + 1  # the step being taken
+        if self.due(step, trainer.config.trainer.steps):
+            norms = per_layer_grad_norms(trainer.model, trainer.env.device)  # a collective
+            trainer.log(norms, console=False, step=step)

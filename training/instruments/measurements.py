@@ -1,9 +1,10 @@
-"""What the trainer measures besides the training loss, at the points the loop chooses.
+"""What the trainer measures besides the training loss: three components on their cadences.
 
 Validation loss on the held-out slice, the activation's per-layer regime
-(``training.instruments.diagnostics``) and downstream tasks. Each method is called on every rank
-(each is a collective under DDP and FSDP2) and returns the record rank 0 logs, so the loop keeps one
-place where things are logged and none where they are measured.
+(``training.instruments.diagnostics``) and downstream tasks. Each runs on every rank (each is a
+collective under DDP and FSDP2) and rank 0 logs its record. They share one
+:class:`Measurements`, which tokenizes and packs the held-out slice once. A stop signal leaves
+them pending (``AtStop.LATER``): the resumed run measures the restored weights first.
 
 The downstream evaluator is handed in (``train.py`` passes ``eval.downstream.during_training``):
 evaluation sits above training (it loads checkpoints and runs models through training's
@@ -13,16 +14,21 @@ runtime), so training never imports it and the packages' imports only run downwa
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from data import build_validation_loader
 from training.checkpoint.rng import preserved_rng
+from training.components import Component
 from training.config import ExperimentConfig
 from training.instruments.diagnostics import diagnostic_scalars, mlp_diagnostics
 from training.instruments.validation import validation_loss
 from training.runtime.distributed import Env
+
+log = logging.getLogger(__name__)
 
 # (model, tokenizer, tasks, limit, data_dir, task_dir, env, add_bos, batch_size) -> the
 # ``downstream/<task>/<metric>`` record on rank 0, None elsewhere: eval.downstream.during_training
@@ -100,3 +106,46 @@ class Measurements:
         if results is None:
             return {}
         return {**results, "downstream/seconds": time.perf_counter() - started}
+
+
+class Diagnostics(Component):
+    """The activation's regime, at initialisation too (step 0)."""
+
+    name = "diagnostics"
+    at = (0,)
+
+    def __init__(self, measure: Measurements, every: int) -> None:
+        self.measure, self.every = measure, every
+
+    def step_end(self, trainer: Any) -> None:
+        trainer.log(self.measure.diagnostics(), console=False)
+
+
+class Validation(Component):
+    """Also at the end of the stable phase (``stable_end``), whatever the cadence: the
+    results tables compare runs there."""
+
+    name = "validation"
+
+    def __init__(self, measure: Measurements, every: int, stable_end: int | None) -> None:
+        self.measure, self.every = measure, every
+        self.at = () if stable_end is None else (stable_end,)
+
+    def step_end(self, trainer: Any) -> None:
+        record = self.measure.validation()
+        if record:
+            trainer.log(record)
+
+
+class Downstream(Component):
+    name = "downstream"
+
+    def __init__(self, measure: Measurements, every: int) -> None:
+        self.measure, self.every = measure, every
+
+    def step_end(self, trainer: Any) -> None:
+        record = self.measure.downstream()
+        trainer.log(record, console=False)
+        if trainer.env.is_main:
+            shown = ", ".join(f"{k[len('downstream/') :]} {v:.3g}" for k, v in record.items())
+            log.info("step %d downstream: %s", trainer.step, shown)

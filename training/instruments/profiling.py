@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
+
+from training.components import AtStop, Component
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +78,25 @@ class StepProfiler:
             torch.cuda.memory._record_memory_history(enabled=None)
             written.append(snapshot)
         log.info("profile written: %s", ", ".join(str(p) for p in written))
+
+
+class Profiling(Component):
+    """The profiler as the trainer's component: its cadence is its window of steps."""
+
+    name = "profiling"
+    at_stop = AtStop.NOW  # each profiled step's span closes at that step
+
+    def __init__(self, steps: list[int], run_dir: str | Path, rank: int, device) -> None:
+        self.profiler = StepProfiler(steps, run_dir, rank, device)
+
+    def due(self, step: int, last: int) -> bool:
+        return self.profiler.first <= step <= self.profiler.last
+
+    def step_start(self, trainer: Any) -> None:
+        self.profiler.before(trainer.step + 1)
+
+    def step_end(self, trainer: Any) -> None:
+        self.profiler.after(trainer.step)
+
+    def out_of_memory(self, trainer: Any) -> None:
+        self.profiler.out_of_memory()

@@ -49,11 +49,30 @@ class Preemption:
     def wants_requeue(self) -> bool:
         return self.requested in REQUEUE_SIGNALS
 
-    def agreed_wish(self, device) -> int:
+    def agreed_wish(self, env: distributed.Env) -> int:
         """0 (go on), ``STOP`` or ``REQUEUE``: the strongest wish over the ranks (a collective;
         a rank may get the signal later than another)."""
         own = REQUEUE if self.wants_requeue else STOP if self.requested is not None else 0
-        return int(distributed.all_reduce_max([float(own)], device)[0])
+        wish = int(distributed.all_reduce_max([float(own)], env.device)[0])
+        if wish and env.is_main:
+            log.warning("signal %s received", self.requested or "on another rank")
+        return wish
+
+    def stopped(self, wish: int, step: int, is_main: bool) -> int:
+        """The exit code once the stop's checkpoint is on disk; rank 0 requeues the job when
+        a rank was asked to."""
+        self.checkpointed = True
+        if wish == REQUEUE and is_main:
+            log.warning("stopping at step %d; requeueing the job", step)
+            return requeue_or_exit_code()
+        if is_main:
+            log.warning(
+                "stopping at step %d, checkpointed, not requeued (SIGTERM: scancel or the "
+                "scheduler, which requeues by itself if it preempted); rerun the same command "
+                "to resume",
+                step,
+            )
+        return EXIT_PREEMPTED
 
     def uninstall(self) -> None:
         """The previous handlers back; or, once a stop is checkpointed, the stop signals
@@ -84,23 +103,3 @@ def requeue_or_exit_code() -> int:
         except (OSError, subprocess.SubprocessError) as error:
             log.error("could not requeue SLURM job %s: %s", job, error)
     return EXIT_PREEMPTED
-
-
-def parse_debug_signal(spec: str) -> tuple[signal.Signals, int, int | None] | None:
-    """``trainer.debug_signal`` as (signal, step, rank or None for every rank); None when empty.
-
-    ``"SIGKILL@6"``: every rank sends itself SIGKILL once step 6 is logged; ``"SIGKILL@5@1"``:
-    rank 1 alone. Tests use it to interrupt a run at a known step instead of racing it from
-    outside; the signal is real, so what follows it is what a scheduler's signal causes.
-    """
-    if not spec:
-        return None
-    name, _, rest = spec.partition("@")
-    step, _, rank = rest.partition("@")
-    try:
-        sig = signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
-        return sig, int(step), int(rank) if rank else None
-    except (KeyError, ValueError):
-        raise ValueError(
-            f"trainer.debug_signal={spec!r} is not SIGNAL@STEP or SIGNAL@STEP@RANK (e.g. SIGKILL@6)"
-        ) from None

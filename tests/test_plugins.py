@@ -1,0 +1,50 @@
+"""Components named in XIELU_PLUGINS (training/plugins.py): found by module or file, in order;
+a name that does not lead to a ``components(config)`` function is refused naming it."""
+
+from __future__ import annotations
+
+import pytest
+
+from training.components import Component
+from training.config import ConfigError, ExperimentConfig
+from training.plugins import ENVIRONMENT_VARIABLE, plugin_components
+
+PLUGIN = '''
+from training.components import Component
+
+class Probe(Component):
+    def __init__(self, name, every):
+        self.name, self.every = name, every
+
+def components(config):
+    return [Probe("probe_" + str(config.trainer.steps), 2)]
+'''
+
+
+def test_a_file_and_a_module_each_add_their_components_in_order(tmp_path, monkeypatch):
+    (tmp_path / "probe_plugin.py").write_text(PLUGIN)
+    (tmp_path / "probe_module.py").write_text(PLUGIN.replace('"probe_"', '"module_"'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, f"{tmp_path / 'probe_plugin.py'}, probe_module")
+    found = plugin_components(ExperimentConfig())
+    assert [c.name for c in found] == ["probe_100", "module_100"]
+    assert all(isinstance(c, Component) for c in found)
+
+
+def test_no_variable_no_components(monkeypatch):
+    monkeypatch.delenv(ENVIRONMENT_VARIABLE, raising=False)
+    assert plugin_components(ExperimentConfig()) == []
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ("/no/such/plugin.py", r"XIELU_PLUGINS: no file /no/such/plugin\.py"),
+        ("no_such_module_at_all", r"XIELU_PLUGINS: cannot import no_such_module_at_all"),
+        ("json", r"XIELU_PLUGINS: json defines no components\(config\) function"),
+    ],
+)
+def test_a_name_that_leads_nowhere_is_refused_naming_it(entry, message, monkeypatch):
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, entry)
+    with pytest.raises(ConfigError, match=message):
+        plugin_components(ExperimentConfig())

@@ -1,0 +1,51 @@
+"""Components added to a run from outside the code: modules named by ``XIELU_PLUGINS``.
+
+``XIELU_PLUGINS=my_lab.probes,/path/to/faults.py python train.py ...``: each entry, a module
+name or a ``.py`` file, defines ``components(config) -> list[Component]``; the trainer runs
+them after its own, at the same hook points (``training.components``). A measurement for one
+study then needs no edit of ``train.py``, and the test suite injects its faults (NaN losses, a
+crash inside a save, a signal at a step) into ``train.py`` subprocesses the same way
+(``tests/faults.py``), so no fault injection lives in the trainer's config or loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+
+from training.components import Component
+from training.config import ConfigError, ExperimentConfig
+
+ENVIRONMENT_VARIABLE = "XIELU_PLUGINS"
+
+
+def _module(entry: str) -> ModuleType:
+    if entry.endswith(".py"):
+        path = Path(entry)
+        spec = importlib.util.spec_from_file_location(f"xielu_plugin_{path.stem}", path)
+        if spec is None or not path.is_file():
+            raise ConfigError(f"{ENVIRONMENT_VARIABLE}: no file {entry}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    try:
+        return importlib.import_module(entry)
+    except ImportError as error:
+        raise ConfigError(f"{ENVIRONMENT_VARIABLE}: cannot import {entry} ({error})") from error
+
+
+def plugin_components(config: ExperimentConfig) -> list[Component]:
+    """The components of every plugin the environment names, in its order."""
+    found: list[Component] = []
+    for entry in filter(None, os.environ.get(ENVIRONMENT_VARIABLE, "").split(",")):
+        module = _module(entry.strip())
+        make = getattr(module, "components", None)
+        if make is None:
+            raise ConfigError(
+                f"{ENVIRONMENT_VARIABLE}: {entry} defines no components(config) function"
+            )
+        found += make(config)
+    return found
