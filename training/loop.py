@@ -225,6 +225,7 @@ class Trainer:
         without the GIL.
         """
         self.model = self.optimizer = self.measure = None
+        self.components = self.state = None  # the measurements hold the model too
         gc.collect()
 
 
