@@ -9,7 +9,7 @@ from training.components import Component
 from training.config import ConfigError, ExperimentConfig
 from training.plugins import ENVIRONMENT_VARIABLE, plugin_components
 
-PLUGIN = '''
+PLUGIN = """
 from training.components import Component
 
 class Probe(Component):
@@ -18,7 +18,7 @@ class Probe(Component):
 
 def components(config):
     return [Probe("probe_" + str(config.trainer.steps), 2)]
-'''
+"""
 
 
 def test_a_file_and_a_module_each_add_their_components_in_order(tmp_path, monkeypatch):
