@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+AOT_EAGER = ROOT / "tests" / "aot_eager.py"  # a plugin every train.py the tests start loads
 CONFIGS = ROOT / "configs"
 
 
@@ -80,6 +81,9 @@ def launch(overrides: list[str], torchrun: int = 0, **kwargs) -> subprocess.Pope
     else:
         cmd = [sys.executable, "train.py", *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **kwargs.pop("env", {})}
+    # tests/aot_eager.py first: compiled runs skip Inductor's C++ build (that file says why)
+    plugins = [str(AOT_EAGER), *filter(None, env.get("XIELU_PLUGINS", "").split(","))]
+    env["XIELU_PLUGINS"] = ",".join(plugins)
     return subprocess.Popen(
         cmd,
         cwd=ROOT,

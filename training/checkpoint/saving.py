@@ -43,6 +43,9 @@ class Checkpointing(Component):
             self.run_dir, env, t.keep_checkpoints, asynchronous=t.async_checkpoint
         )
 
+    def due(self, step: int, last: int) -> bool:
+        return super().due(step, last) or step == last  # checkpoint_every=0: the last only
+
     def restore(self, trainer: Any) -> None:
         """The newest checkpoint whose bytes are intact, if this run may resume it; damaged
         ones are set aside, an intact one that does not fit stops the run (``load``)."""

@@ -31,6 +31,9 @@ class StepLog(Component):
         self.started = self.step_started = time.perf_counter()
         self.start_step = 0
 
+    def due(self, step: int, last: int) -> bool:
+        return super().due(step, last) or step == last  # log_every=0: the last step only
+
     def begin(self, trainer: Any) -> None:
         self.started, self.start_step = time.perf_counter(), trainer.step  # for the ETA
 
