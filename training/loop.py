@@ -125,7 +125,6 @@ class Trainer:
             Downstream(self.measure, t.downstream_every),
         ]
 
-    # ----------------------------------------------------------------------------------------
     def run(self) -> int:
         # every check that can refuse this start against the run directory (the newest
         # checkpoint's config and bytes, the load itself) runs before the first byte is written
@@ -151,10 +150,12 @@ class Trainer:
             error = raised
             raise
         finally:
-            self.components.end(self, error)
-            self.preemption.uninstall()
-            if self.logger is not None:
-                self.logger.close()
+            try:
+                self.components.end(self, error)  # e.g. the last save published, or failing
+            finally:
+                self.preemption.uninstall()
+                if self.logger is not None:
+                    self.logger.close()
         if not self.stopping:
             closing_summary(self)
         return exit_code
@@ -195,7 +196,6 @@ class Trainer:
         if self.env.is_main:
             self.logger.log(self.step if step is None else step, record, console=console)
 
-    # ----------------------------------------------------------------------------------------
     def _open_run_directory(self) -> None:
         env = self.env
         if env.is_main:
