@@ -81,6 +81,7 @@ def _fake_run(root, activation, init, lr, seed, final, dim=64, curve_offset=0.0)
     return run
 
 
+@pytest.mark.slow
 def test_the_report_picks_the_rate_on_seed_0_and_reports_the_other_seeds(tmp_path):
     runs = []
     # seed 0 (selection): relu2 is best at 2e-3, xielu at 4e-3

@@ -88,6 +88,7 @@ def test_an_experiment_sets_only_values_its_groups_do_not_already_give(path: Pat
         assert value_at(composed, key) == value, key
 
 
+@pytest.mark.slow
 def test_every_registered_activation_is_a_command_line_choice_without_a_yaml_file():
     from xielu import available_activations
 

@@ -49,6 +49,7 @@ def tier_cases(tmp_path) -> list[list[str]]:
     return cases + [matrix_overrides(point, tmp_path) for point in MATRIX]
 
 
+@pytest.mark.slow
 def test_every_trainer_and_logging_field_is_changed_by_some_case_or_excluded(tmp_path):
     defaults = {
         **leaves(TrainerConfig(), "trainer."),

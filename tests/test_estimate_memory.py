@@ -91,6 +91,7 @@ def test_fsdp2_shards_weights_grads_and_adam_over_the_ranks():
     assert result.state_after_step == 16 * shard + whole_moments + 4 * len(params)
 
 
+@pytest.mark.slow
 def test_accumulated_gradients_stay_alive_at_the_peak():
     config = tiny()
     params = parameter_tensors(config)
@@ -106,6 +107,7 @@ def test_accumulated_gradients_stay_alive_at_the_peak():
     assert two.peak - one.peak == 4 * count
 
 
+@pytest.mark.slow
 def test_fsdp2_accumulation_keeps_full_unsharded_fp32_gradients_on_every_rank():
     config = tiny()
     synced = estimate(config, BATCH, SEQ, world_size=2, micro_steps=1)
@@ -130,6 +132,7 @@ def test_fsdp2_reducing_every_micro_batch_keeps_only_this_ranks_gradient_shard()
     assert accumulated.peak - reduced.peak == pytest.approx(2 * sharded, abs=64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation", ["xielu", "swiglu"])
 @pytest.mark.parametrize("checkpointing", ["none", "full"])
 def test_saved_activations_are_what_autograd_saves_in_a_real_forward(activation, checkpointing):
@@ -143,6 +146,7 @@ def test_saved_activations_are_what_autograd_saves_in_a_real_forward(activation,
     assert 0.95 * real <= fake <= real
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation", ["xielu", "swiglu"])
 def test_selective_checkpointing_keeps_exactly_the_matmul_outputs_backward_reads(activation):
     config = tiny(activation)
@@ -156,6 +160,7 @@ def test_selective_checkpointing_keeps_exactly_the_matmul_outputs_backward_reads
     assert selective - full == config.n_layers * (matmuls + attention)
 
 
+@pytest.mark.slow
 def test_activation_memory_is_linear_in_the_sequence_length():
     # flash attention saves O(seq) per layer; the math path's seq x seq scores would bend this
     config = tiny()

@@ -147,6 +147,7 @@ def test_every_experiment_preset_is_in_the_end_to_end_tier():
     assert sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml")) == EXPERIMENTS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sweep", sorted(p.stem for p in (CONFIGS / "sweep").glob("*.yaml")))
 def test_every_point_of_every_sweep_composes(sweep, tmp_path):
     from training.sweeps import expand, load_sweep

@@ -95,6 +95,7 @@ def test_plot_alphas_draws_each_layers_learned_alphas_and_curves(reference, tmp_
         torch.testing.assert_close(drawn, expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_plot_activations_draws_the_registered_functions_and_slopes(tmp_path, figures):
     from scripts.plot_activations import main
 
@@ -115,6 +116,7 @@ def test_plot_activations_draws_the_registered_functions_and_slopes(tmp_path, fi
     torch.testing.assert_close(torch.as_tensor(slope["xiprelu"].get_ydata()), xiprelu_slope)
 
 
+@pytest.mark.slow
 def test_plot_alphas_draws_whatever_scalars_the_activation_declares(corpus, tmp_path, figures):
     """xSiLU declares one scalar, ``alpha``: one panel, its learned value per layer (there is no
     alpha_p / alpha_n to look up)."""

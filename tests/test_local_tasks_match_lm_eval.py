@@ -311,6 +311,7 @@ def requests(task, shots: int) -> list[tuple]:
     return [(i.request_type, i.idx, i.arguments) for i in task.instances]
 
 
+@pytest.mark.slow
 def test_every_request_equals_lm_evals_string_for_string(source, tmp_path):
     pairs, _ = load_pairs(source, tmp_path)
     differ, compared = [], {}
@@ -347,6 +348,7 @@ KEYS = (
 )
 
 
+@pytest.mark.slow
 def test_delimiters_splits_generation_filters_and_metrics_are_lm_evals(source, tmp_path):
     pairs, _ = load_pairs(source, tmp_path)
     differ = []
@@ -424,6 +426,7 @@ def per_doc(samples: list[dict], filters: set[str]) -> list[tuple]:
     ]
 
 
+@pytest.mark.slow
 def test_a_fixed_fake_model_scores_the_same_on_both(source, tmp_path):
     pairs, manager = load_pairs(source, tmp_path)
     local = [task for task, _ in pairs.values()]

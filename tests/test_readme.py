@@ -627,6 +627,7 @@ NUMBERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", NUMBERS)
 def test_counts_in_the_pages_are_what_the_code_gives(where):
     """Each phrase, its numbers computed from the code today, appears in the page (line breaks

@@ -40,6 +40,7 @@ def test_main_sweep_is_the_papers_main_comparison():
     assert "activation=swiglu,xielu" in second and "hydra.launcher.nodes=32" in second
 
 
+@pytest.mark.slow
 def test_dry_run_prints_every_job_and_submits_nothing():
     out = subprocess.run(
         [sys.executable, "-m", "scripts.sweep", "ablation", "--dry-run"],
@@ -157,6 +158,7 @@ def test_null_booleans_and_lists_in_a_sweep_reach_the_config_as_values():
     assert "model.mlp_hidden=null" in cmd and "trainer.async_checkpoint=true" in cmd
 
 
+@pytest.mark.slow
 def test_every_point_of_the_study_grid_gets_its_own_run_directory_and_axes():
     jobs = expand(load_sweep("study_lr"))
     assert len(jobs) == 32  # 2 initialisations x 4 activations x 4 learning rates
@@ -192,6 +194,7 @@ def test_a_hydra_multirun_over_learning_rates_trains_each_rate_in_its_own_direct
         assert [m["lr"] for m in metrics(run) if m.get("step") == 2] == [float(lr)]
 
 
+@pytest.mark.slow
 def test_the_gpu_ladders_train_about_20_tokens_per_parameter_each_in_its_own_directory():
     from model import count_parameters, training_flops_per_token
     from scripts.estimate_sweep import job_cost

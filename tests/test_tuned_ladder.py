@@ -76,6 +76,7 @@ def test_the_ladder_trains_each_activation_at_its_base_width_rate(tmp_path, monk
     assert len({c.trainer.run_dir for c in configs}) == len(jobs)
 
 
+@pytest.mark.slow
 def test_a_missing_tuning_run_stops_the_ladder_and_says_what_to_run(tmp_path, monkeypatch):
     _tune(tmp_path, monkeypatch, skip=("xielu", 6e-3))
     with pytest.raises(SystemExit) as stop:

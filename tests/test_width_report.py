@@ -64,6 +64,7 @@ def test_rates_best_per_width_and_their_shift_from_the_base(tmp_path):
     assert "| mup | xielu | 128 | 2.100 | **2.000** | 2.100 | diverged | 0.004 | x1 |" in table
 
 
+@pytest.mark.slow
 def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path):
     rates = {"relu2": 4e-3, "xielu": 8e-3}
     relu2 = {1: 2.40, 2: 2.44, 3: 2.42}
