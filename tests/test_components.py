@@ -116,6 +116,9 @@ def test_a_cadence_includes_the_last_step_and_its_extra_steps_and_never_zero_unl
     assert [s for s in range(13) if m.due(s, 12)] == [3, 5, 10, 12]
     assert not Measure("off", 0, at=(3,)).due(3, 12)  # 0: off, extra steps too
     assert Measure("start", 5, at=(0,)).due(0, 12)
+    last_only = Measure("log", 0, at=(3,))
+    last_only.at_last_even_when_off = True  # the step log and checkpoint with a cadence of 0
+    assert [s for s in range(13) if last_only.due(s, 12)] == [12]
 
 
 def test_names_repeat_refused_and_only_components_that_keep_state_are_saved():

@@ -53,19 +53,22 @@ class Component:
     ``every``: the cadence of ``step_end`` in steps (0: never); a cadenced component also runs
     at the run's last step and at the steps in ``at``. Hooks run on every rank, in the order the
     components were given, so they may run collectives; a record is logged with
-    ``trainer.log(record)`` (rank 0 writes it). A component that defines ``state_dict`` and
-    ``load_state_dict`` (JSON values) is saved in every checkpoint under its ``name``.
+    ``trainer.log(record)`` (rank 0 writes it). ``at_last_even_when_off``: runs at the last step
+    even with ``every=0``, for what a finished run must have (its last log line, checkpoint).
+    A component that defines ``state_dict`` and ``load_state_dict`` (JSON values) is saved in
+    every checkpoint under its ``name``.
     """
 
     name: str = ""
     every: int = 0
     at: tuple[int, ...] = ()
     at_stop: AtStop = AtStop.LATER
+    at_last_even_when_off = False  # the run's last step also with every=0 (log, checkpoint)
 
     def due(self, step: int, last: int) -> bool:
         """Whether ``step_end`` runs at ``step`` (1-based: the step just taken) of ``last``."""
         if self.every <= 0:
-            return False
+            return self.at_last_even_when_off and step == last
         return (step > 0 and step % self.every == 0) or step == last or step in self.at
 
     def begin(self, trainer: Any) -> None: ...

@@ -34,6 +34,7 @@ class Checkpointing(Component):
 
     name = "checkpoint"
     at_stop = AtStop.ALWAYS
+    at_last_even_when_off = True  # checkpoint_every=0: the finished run's checkpoint only
 
     def __init__(self, config: ExperimentConfig, env: Env) -> None:
         t = config.trainer
@@ -42,9 +43,6 @@ class Checkpointing(Component):
         self.writer = CheckpointWriter(
             self.run_dir, env, t.keep_checkpoints, asynchronous=t.async_checkpoint
         )
-
-    def due(self, step: int, last: int) -> bool:
-        return super().due(step, last) or step == last  # checkpoint_every=0: the last only
 
     def restore(self, trainer: Any) -> None:
         """The newest checkpoint whose bytes are intact, if this run may resume it; damaged

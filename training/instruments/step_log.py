@@ -23,6 +23,7 @@ from training.runtime import distributed
 class StepLog(Component):
     name = "log"
     at_stop = AtStop.NOW  # a stopped step is logged at its step: it is in the checkpoint
+    at_last_even_when_off = True  # log_every=0: the last step's line only
 
     def __init__(self, every: int, model_config, seq_len: int, device) -> None:
         self.every = every
@@ -30,9 +31,6 @@ class StepLog(Component):
         self.peak = device_peak_flops(device)
         self.started = self.step_started = time.perf_counter()
         self.start_step = 0
-
-    def due(self, step: int, last: int) -> bool:
-        return super().due(step, last) or step == last  # log_every=0: the last step only
 
     def begin(self, trainer: Any) -> None:
         self.started, self.start_step = time.perf_counter(), trainer.step  # for the ETA
