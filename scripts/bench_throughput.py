@@ -52,9 +52,11 @@ class Settings:
     batch: int
     compile: str
     checkpointing: str
+    float8: str = "none"
 
     def __str__(self) -> str:
-        return f"batch {self.batch}, compile {self.compile}, checkpointing {self.checkpointing}"
+        text = f"batch {self.batch}, compile {self.compile}, checkpointing {self.checkpointing}"
+        return text if self.float8 == "none" else f"{text}, float8 {self.float8}"
 
 
 def measure(activation: str, settings: Settings, args: argparse.Namespace) -> dict:
@@ -75,7 +77,9 @@ def measure(activation: str, settings: Settings, args: argparse.Namespace) -> di
     row = {"activation": activation, "mlp_hidden": config.hidden, **asdict(settings)}
     batch = settings.batch
     plan = ParallelPlan(
-        precision="bf16" if args.bf16 else "fp32", activation_checkpointing=settings.checkpointing
+        precision="bf16" if args.bf16 else "fp32",
+        activation_checkpointing=settings.checkpointing,
+        float8=settings.float8,
     )  # compiled below
     cuda = device.type == "cuda"
     try:
@@ -141,10 +145,11 @@ def table(rows: list[dict]) -> list[str]:
     paper_base = paper[BASELINE].ms_per_iteration
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["batch"], r["compile"], r["checkpointing"]), []).append(r)
+        key = (r["batch"], r["compile"], r["checkpointing"], r.get("float8", "none"))
+        groups.setdefault(key, []).append(r)
     body = []
-    for (batch, compile_scope, checkpointing), group in groups.items():
-        settings = [str(batch), compile_scope, checkpointing]
+    for (batch, compile_scope, checkpointing, float8), group in groups.items():
+        settings = [str(batch), compile_scope, checkpointing, float8]
         measured = [r for r in group if not r["oom"]]
         base = next((r for r in measured if r["activation"] == BASELINE), None)
         for r in sorted(measured, key=lambda r: -r["ms_per_iteration"]):
@@ -181,6 +186,7 @@ HEADER = [
     "batch",
     "compile",
     "checkpointing",
+    "float8",
     "MLP hidden",
     "params (M)",
     "saved GiB",
@@ -232,6 +238,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         choices=CHOICES["trainer.activation_checkpointing"],
         help="activation checkpointing: none, full (bare flag) or selective",
     )
+    parser.add_argument(
+        "--float8",
+        nargs="+",
+        default=["none"],
+        choices=CHOICES["trainer.float8"],
+        help="FP8 linear layers through torchao (a CUDA GPU of compute capability 8.9+); "
+        "MFU stays counted against the bf16 peak",
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument(
@@ -241,16 +255,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     args.compile = args.compile or ["blocks"]
     args.checkpointing = args.checkpointing or ["full"]
+    from training.runtime.float8 import refusal
+
+    for recipe in args.float8:
+        why = refusal(recipe, "bf16" if args.bf16 else "fp32", torch.device(args.device))
+        if why:
+            parser.error(why.replace("trainer.float8", "--float8").replace("trainer.", "--"))
     if BASELINE not in args.activations:
         args.activations.append(BASELINE)
     if args.preset == "tiny" and args.vocab_size is None:
         args.vocab_size = 8192
 
     grid = [
-        Settings(batch, compile_scope, checkpointing)
-        for batch, compile_scope, checkpointing in itertools.product(
-            args.batch, args.compile, args.checkpointing
-        )
+        Settings(*chosen)
+        for chosen in itertools.product(args.batch, args.compile, args.checkpointing, args.float8)
     ]
     print(
         f"{args.preset}: {args.seq} tokens per sequence on {args.device}, "
@@ -269,7 +287,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print("\nfastest settings per activation:")
         for activation, r in fastest_settings(rows).items():
             mfu = "" if r["mfu"] is None else f", MFU {r['mfu']:.1%}"
-            settings = Settings(r["batch"], r["compile"], r["checkpointing"])
+            settings = Settings(r["batch"], r["compile"], r["checkpointing"], r["float8"])
             print(f"  {activation}: {settings}: {r['tokens_per_s']:.0f} tokens/s{mfu}")
     if args.csv:
         write_csv(rows, args.csv)

@@ -6,8 +6,8 @@
 #   bash scripts/gpu_checks.sh training     # paper_1b iterations: ReLU², xIELU; none, selective
 #   bash scripts/gpu_checks.sh training-others   # the same for xIPReLU and SwiGLU, selective
 #   bash scripts/gpu_checks.sh ladder       # the 30-minute µP width ladder: again until it reports
-#   bash scripts/gpu_checks.sh first        # a lent GPU's first call: the most telling of the
-#                                           # above, each step time-boxed, 8 minutes at most
+#   bash scripts/gpu_checks.sh first        # a lent GPU's first call: the most telling checks,
+#                                           # each time-boxed, 5 minutes, resumable (see below)
 # (QUICK=1 still means "tests" only.) Tests assert correctness on the real kernels (float64
 # references, determinism, > 2^31 elements); the benchmarks print tables with ratios to ReLU²
 # measured in the same run, never assertions.
@@ -19,22 +19,47 @@ parts="${*:-all}"
 [ -n "${QUICK:-}" ] && parts=tests
 wants() { [[ " $parts " == *" $1 "* || " $parts " == *" all "* ]]; }
 
-# A lent GPU's first call (a 15-minute lease, its start included): correctness of the kernels,
-# then the paper_1b throughput against the 50k tokens/s goal, then the kernels' launch shapes.
-# Each step has its own time limit; one that fails or runs out is reported and the next runs.
+# A lent GPU's first call (a 15-minute lease, its start included): the parts below, most
+# telling first, each under its own time limit, within FIRST_BUDGET_S (300 s) in all. Each
+# part's output goes to $GPU_RESULTS/<part>.log and one line per part is appended to
+# $GPU_RESULTS/summary.md as it ends; a part that passed leaves <part>.done and is skipped when
+# `first` runs again with the same folder (bring it back and forth), so a second lease goes on
+# where the first stopped. GPU_DATA: a folder of .json.gz documents (../shared/data/c4).
 if [[ "$parts" == first ]]; then
-  step() {
-    local limit=$1; shift
-    echo "== first: $* (at most ${limit}s)"
-    local rc=0
-    timeout -k 10 "$limit" "$@" || rc=$?
-    if (( rc == 124 || rc == 137 )); then echo "== first: ran out of its ${limit}s: $*"
-    elif (( rc != 0 )); then echo "== first: failed (exit $rc): $*"; fi
+  results="${GPU_RESULTS:-results/gpu_checks}"
+  data="${GPU_DATA:-../shared/data/c4}"
+  mkdir -p "$results"
+  deadline=$((SECONDS + ${FIRST_BUDGET_S:-300}))
+  device=$(python -c "import torch; print(torch.cuda.get_device_name(), torch.__version__)")
+  echo "## $(date -u +%F' '%H:%M) UTC, $device" >> "$results/summary.md"
+  part() {
+    local name=$1 limit=$2; shift 2
+    if [[ -e "$results/$name.done" ]]; then echo "== $name: done before, skipped"; return; fi
+    local left=$((deadline - SECONDS))
+    if (( left < 20 )); then
+      echo "== $name: not started, the budget is spent: run 'first' again"
+      echo "- $name: not started (budget spent)" >> "$results/summary.md"; return
+    fi
+    (( limit > left )) && limit=$left
+    echo "== $name (at most ${limit}s): $*"
+    local rc=0 began=$SECONDS
+    timeout -k 10 "$limit" "$@" > >(tee "$results/$name.log") 2>&1 || rc=$?
+    local took=$((SECONDS - began)) verdict=passed
+    if (( rc == 124 || rc == 137 )); then verdict="ran out of its ${limit}s"
+    elif (( rc != 0 )); then verdict="failed (exit $rc)"
+    else touch "$results/$name.done"; fi
+    echo "- $name: $verdict in ${took}s: \`$*\`" >> "$results/summary.md"
   }
-  step 150 python -m pytest -m gpu tests/test_gpu.py -q -x -n 0
-  step 240 python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
-    --compile blocks --checkpointing selective --activations relu2 xielu --warmup 2 --repeats 6
-  step 80 python -m scripts.tune_kernels --dtypes bfloat16
+  throughput=(python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16
+    --compile blocks --checkpointing selective --activations relu2 xielu --warmup 2 --repeats 5)
+  part kernels 60 python -m scripts.bench_activations --device cuda --dtype bfloat16 \
+    --shape 5 4096 9216 --rows relu2 xielu
+  part throughput_fp8 240 "${throughput[@]}" --float8 none tensorwise
+  part resume 90 bash scripts/gpu_resume.sh "$data" /tmp/gpu_resume
+  part fp8_loss 180 python -m scripts.fp8_loss --data "$data" --activations relu2 xielu \
+    --float8 none tensorwise rowwise --seeds 0
+  part tests 120 python -m pytest -m gpu tests/test_gpu.py -q -x -n 0 -p no:cacheprovider
+  part throughput_rowwise 150 "${throughput[@]}" --float8 rowwise
   exit 0
 fi
 

@@ -99,6 +99,13 @@ class TrainerConfig:
         model as one graph).
     activation_checkpointing: ``none``, ``full`` (recompute each block in backward) or
         ``selective`` (keep matmul and attention outputs, recompute the pointwise work).
+    float8: ``none``, ``tensorwise`` or ``rowwise``: the linear layers' matmuls in FP8 through
+        torchao (``pip install -e '.[fp8]'``; a GPU with compute capability 8.9+, bf16), one
+        scale per tensor or per row; ``training/runtime/float8.py``.
+    float8_keep: linear layers that stay bf16 under ``float8``, by name or name suffix
+        (``lm_head``: the fused loss reads its weight; e.g. ``down_proj`` too).
+    float8_auto_filter: also keep in bf16 the layers FP8 would not speed up (torchao's size
+        thresholds for the recipe) or cannot take (a dimension not a multiple of 16).
     fsdp_reshard_after_forward: FSDP2: free each block's gathered weights after its forward
         (least memory) or keep them until its backward (one all-gather less per block).
     fsdp_reduce_every_micro_batch: FSDP2 with gradient accumulation: reduce-scatter the
@@ -156,6 +163,9 @@ class TrainerConfig:
     precision: str = "auto"
     compile: str = "none"
     activation_checkpointing: str = "none"
+    float8: str = "none"
+    float8_keep: list[str] = field(default_factory=lambda: ["lm_head"])
+    float8_auto_filter: bool = True
     fsdp_reshard_after_forward: bool = True
     fsdp_reduce_every_micro_batch: bool = False
     seed: int = 0
@@ -245,6 +255,7 @@ CHOICES = {
     "trainer.precision": ("auto", "bf16", "fp32"),
     "trainer.compile": ("none", "blocks", "model"),
     "trainer.activation_checkpointing": ("none", "full", "selective"),
+    "trainer.float8": ("none", "tensorwise", "rowwise"),
     "logging.wandb.mode": ("online", "offline", "disabled"),
 }
 

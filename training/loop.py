@@ -123,6 +123,7 @@ class Trainer:
             Diagnostics(self.measure, c.logging.diagnostics_every),
             Validation(self.measure, t.eval_every, stable_end),
             Downstream(self.measure, t.downstream_every),
+            *self.model.components(),
         ]
 
     def run(self) -> int:
@@ -197,13 +198,12 @@ class Trainer:
             self.logger.log(self.step if step is None else step, record, console=console)
 
     def _open_run_directory(self) -> None:
-        env = self.env
-        if env.is_main:
+        if self.env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_run_files(self.run_dir, self.config, self.config_yaml)
         distributed.barrier()
-        remove_crashed_saves(self.run_dir, env)
-        if env.is_main:
+        remove_crashed_saves(self.run_dir, self.env)
+        if self.env.is_main:
             config = asdict(replace(self.config, model=self.model_config))
             self.logger = MetricsLogger(
                 self.run_dir,

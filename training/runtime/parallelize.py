@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import nn
 
-from training.config import CHOICES, TrainerConfig
+from training.config import CHOICES, ConfigError, TrainerConfig
 from training.runtime.distributed import Env
 
 # the trainer's choices (training/config.py), plus "none": evaluation's unwrapped model
@@ -51,14 +51,17 @@ class ParallelPlan:
             copy: single-process runs and evaluation). Ignored in a single process.
         precision: ``bf16`` (autocast for compute; fp32 weights and optimizer state) or
             ``fp32``; ``auto`` is resolved for the device by :func:`plan_from_config`.
-        compile, activation_checkpointing, fsdp_reshard_after_forward,
-        fsdp_reduce_every_micro_batch: as ``trainer.*``.
+        compile, activation_checkpointing, float8, float8_keep, float8_auto_filter,
+        fsdp_reshard_after_forward, fsdp_reduce_every_micro_batch: as ``trainer.*``.
     """
 
     parallelism: str = "none"
     precision: str = "fp32"
     compile: str = "none"
     activation_checkpointing: str = "none"
+    float8: str = "none"
+    float8_keep: tuple[str, ...] = ("lm_head",)
+    float8_auto_filter: bool = True
     fsdp_reshard_after_forward: bool = True
     fsdp_reduce_every_micro_batch: bool = False
 
@@ -68,6 +71,7 @@ class ParallelPlan:
             ("precision", ("bf16", "fp32")),
             ("compile", CHOICES["trainer.compile"]),
             ("activation_checkpointing", CHOICES["trainer.activation_checkpointing"]),
+            ("float8", CHOICES["trainer.float8"]),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
@@ -78,7 +82,9 @@ class ParallelPlan:
 
     def for_evaluation(self) -> ParallelPlan:
         """Same precision, nothing else: evaluation keeps a whole unwrapped model per process."""
-        return replace(self, parallelism="none", compile="none", activation_checkpointing="none")
+        return replace(
+            self, parallelism="none", compile="none", activation_checkpointing="none", float8="none"
+        )
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
@@ -89,9 +95,21 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 
 def plan_from_config(trainer: TrainerConfig, device: torch.device) -> ParallelPlan:
-    """The plan the trainer's settings (``trainer.*``) describe, for ``device``."""
+    """The plan the trainer's settings (``trainer.*``) describe, for ``device``; raises
+    ConfigError for what this device cannot run (``trainer.float8`` without FP8 hardware)."""
+    from training.runtime.float8 import refusal
+
+    why = refusal(trainer.float8, resolve_precision(trainer.precision, device), device)
+    if why:
+        raise ConfigError(why)
     same_names = {f.name: getattr(trainer, f.name) for f in fields(ParallelPlan)}
-    return ParallelPlan(**{**same_names, "precision": resolve_precision(trainer.precision, device)})
+    return ParallelPlan(
+        **{
+            **same_names,
+            "precision": resolve_precision(trainer.precision, device),
+            "float8_keep": tuple(trainer.float8_keep),
+        }
+    )
 
 
 class TrainingModel:
@@ -119,6 +137,13 @@ class TrainingModel:
 
     def eval(self) -> TrainingModel:
         return self.train(False)
+
+    def components(self) -> list:
+        """What the wrapping adds to the trainer's components (``training.components``): the
+        float8 scales' precompute under FSDP2."""
+        from training.runtime.float8 import float8_components
+
+        return float8_components(self)
 
     def autocast(self) -> ContextManager:
         """The compute precision of a forward pass."""
@@ -207,6 +232,16 @@ class TrainingModel:
 
 def parallelize(model: nn.Module, env: Env, plan: ParallelPlan) -> TrainingModel:
     """Wrap ``model`` (a decoder whose blocks are ``model.layers``) as ``plan`` says."""
+    if plan.float8 != "none":  # first: checkpointing, compile and FSDP2 wrap the float8 layers
+        from training.runtime import float8
+
+        float8.convert(
+            model,
+            plan.float8,
+            keep=plan.float8_keep,
+            auto_filter=plan.float8_auto_filter,
+            fsdp=env.distributed and plan.parallelism == "fsdp",
+        )
     if plan.activation_checkpointing != "none":
         apply_activation_checkpointing(
             model, selective=plan.activation_checkpointing == "selective"
@@ -277,17 +312,25 @@ def fp32_in_bf16_blocks(block: nn.Module) -> list[nn.Module]:
     return keep
 
 
-# ops whose outputs selective checkpointing keeps: the FLOPs; everything else is recomputed
+# ops whose outputs selective checkpointing keeps: the FLOPs; everything else is recomputed.
+# Float8 linears (trainer.float8) multiply with _scaled_mm; their scales come from an absolute
+# maximum (aten.max), kept too, so recomputation never re-reduces a whole operand for a scalar.
 _SAVED_OPS = {
     torch.ops.aten.mm.default,
     torch.ops.aten.addmm.default,
+    torch.ops.aten._scaled_mm.default,
+    torch.ops.aten.max.default,
     torch.ops.aten.bmm.default,
     torch.ops.aten._scaled_dot_product_flash_attention.default,
     torch.ops.aten._scaled_dot_product_efficient_attention.default,
     torch.ops.aten._scaled_dot_product_cudnn_attention.default,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
 }
-_LINEAR_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+_LINEAR_OPS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten._scaled_mm.default,
+}
 
 
 def keep_matmuls_but_the_last(linears_per_block: int) -> tuple[ContextManager, ContextManager]:
@@ -297,10 +340,17 @@ def keep_matmuls_but_the_last(linears_per_block: int) -> tuple[ContextManager, C
     down projection): nothing in backward reads that output, and recomputation stops as soon
     as it has rebuilt what backward reads, before it reaches that layer, so keeping it would
     only hold ``tokens x dim`` per layer (1.5 GB at the paper's 1.1B, batch 5 x 4096, eager).
-    Linear layers are counted in call order; torch versions that also consult the policy during
-    recomputation (``ctx.is_recompute``) get a count of their own there.
     """
-    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(matmul_policy(linears_per_block))
+
+
+def matmul_policy(linears_per_block: int):
+    """The policy :func:`keep_matmuls_but_the_last` applies, per op. Linear layers are counted
+    in call order; torch versions that also consult the policy during recomputation
+    (``ctx.is_recompute``) get a count of their own there."""
+    from torch.utils.checkpoint import CheckpointPolicy
 
     calls = {False: 0, True: 0}
 
@@ -313,7 +363,7 @@ def keep_matmuls_but_the_last(linears_per_block: int) -> tuple[ContextManager, C
             return CheckpointPolicy.MUST_SAVE
         return CheckpointPolicy.PREFER_RECOMPUTE
 
-    return create_selective_checkpoint_contexts(policy)
+    return policy
 
 
 def apply_activation_checkpointing(model: nn.Module, selective: bool = False) -> None:

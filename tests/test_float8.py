@@ -1,0 +1,215 @@
+"""FP8 training through torchao (``trainer.float8``, training/runtime/float8.py), on a CPU.
+
+A CPU has no FP8 matmuls, so the numerics run through torchao's emulation (the operands rounded
+to float8 e4m3 with their scales, multiplied in fp32) and are checked against a float8 rounding
+written out here from the recipe's definition: scale = 448 / amax (per tensor, or per row of
+each operand), rounded down to a power of two where the recipe says so. The refusals, the
+choice of layers, the unchanged checkpoint names and the checkpointing policy are checked
+directly; tokens/s and the loss against bf16 need a GPU (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("torchao.float8", reason="the fp8 extra: pip install -e '.[fp8]'")
+
+from model import Llama
+from model.presets import load_preset
+from training.config import ConfigError, TrainerConfig
+from training.runtime import float8
+from training.runtime.parallelize import (
+    ParallelPlan,
+    matmul_policy,
+    plan_from_config,
+)
+
+E4M3_MAX = 448.0
+CPU = torch.device("cpu")
+
+
+def tiny(dim=64, activation="xielu") -> Llama:
+    torch.manual_seed(0)
+    config = load_preset(
+        "tiny", activation=activation, dim=dim, n_layers=2, vocab_size=256, max_seq_len=32
+    )
+    return Llama(config)
+
+
+def rounded(t: torch.Tensor, rowwise: bool, power_of_two: bool) -> torch.Tensor:
+    """``t`` as float8 e4m3 holds it, scaled back: the reference for one operand."""
+    amax = t.abs().amax(dim=-1, keepdim=True) if rowwise else t.abs().amax()
+    scale = E4M3_MAX / amax.double().clamp(min=1e-12)
+    if power_of_two:
+        scale = torch.exp2(torch.floor(torch.log2(scale)))
+    scale = scale.float()
+    q = (t * scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return q.float() / scale
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def test_every_recipe_is_refused_on_a_cpu_before_any_work_saying_what_to_do():
+    for recipe in ("tensorwise", "rowwise"):
+        why = float8.refusal(recipe, "bf16", CPU)
+        assert "CUDA GPU" in why and "trainer.float8=none" in why
+    assert float8.refusal("none", "fp32", CPU) is None
+
+
+def test_float8_needs_bf16_autocast_and_says_so():
+    why = float8.refusal("tensorwise", "fp32", CPU)
+    assert "trainer.precision=bf16" in why
+
+
+def test_without_torchao_the_refusal_names_the_extra(monkeypatch):
+    monkeypatch.setattr(float8, "torchao_available", lambda: False)
+    why = float8.refusal("rowwise", "bf16", CPU)
+    assert "pip install -e '.[fp8]'" in why
+
+
+def test_the_trainers_plan_refuses_float8_here_as_a_config_error():
+    with pytest.raises(ConfigError, match=r"trainer\.float8=tensorwise"):
+        plan_from_config(TrainerConfig(float8="tensorwise", precision="bf16"), CPU)
+    plan = plan_from_config(TrainerConfig(float8_keep=["lm_head", "down_proj"]), CPU)
+    assert plan.float8 == "none" and plan.float8_keep == ("lm_head", "down_proj")
+    assert ParallelPlan(float8="rowwise").for_evaluation().float8 == "none"
+
+
+def test_an_unknown_recipe_is_refused_by_the_plan():
+    with pytest.raises(ValueError, match="float8='blockwise'"):
+        ParallelPlan(float8="blockwise")
+
+
+# ----------------------------------------------------------------------------- which layers
+
+
+def test_every_block_linear_converts_and_the_lm_head_stays():
+    model = tiny()
+    names = float8.convert(model, "tensorwise", auto_filter=False, emulate=True)
+    block_linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    assert "lm_head" not in names and len(names) == len(block_linears) - 1
+    from torchao.float8.float8_linear import Float8Linear
+
+    assert not isinstance(model.lm_head, Float8Linear)
+    assert all(isinstance(model.get_submodule(n), Float8Linear) for n in names)
+
+
+def test_kept_names_match_whole_names_or_suffixes():
+    model = tiny()
+    names = float8.convert(
+        model, "rowwise", keep=("lm_head", "down_proj", "layers.0.mlp.up_proj"), auto_filter=False
+    )
+    assert not any(n.endswith("down_proj") for n in names)
+    assert "layers.0.mlp.up_proj" not in names and "layers.1.mlp.up_proj" in names
+    assert not float8.kept_by_name("layers.0.mlp.up_proj", ["p_proj"])  # no partial words
+
+
+def test_shapes_fp8_cannot_take_and_small_layers_stay_bf16():
+    model = tiny(dim=40)  # 40 is not a multiple of 16
+    assert float8.convert(model, "tensorwise", auto_filter=False) == []
+    # torchao's size filter: a 64-wide model is far below where FP8 pays on an H100
+    assert float8.convert(tiny(), "tensorwise", auto_filter=True) == []
+
+
+def test_conversion_keeps_the_checkpoint_names_and_fp32_weights():
+    plain, converted = tiny(), tiny()
+    float8.convert(converted, "tensorwise", auto_filter=False, emulate=True)
+    a, b = plain.state_dict(), converted.state_dict()
+    assert list(a) == list(b)
+    for name in a:
+        assert b[name].dtype == a[name].dtype
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------------------- numerics
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_an_emulated_float8_linear_multiplies_the_float8_rounded_operands(recipe):
+    torch.manual_seed(1)
+    layer = nn.Sequential(nn.Linear(64, 32, bias=False))
+    weight = layer[0].weight.detach().clone()
+    float8.convert(layer, recipe, keep=(), auto_filter=False, emulate=True)
+    x = torch.randn(8, 64) * torch.logspace(-2, 1, 64)  # columns of very different sizes
+    out = layer(x)
+    rowwise = recipe == "rowwise"
+    power_of_two = layer[0].config.round_scales_to_power_of_2
+    expected = rounded(x, rowwise, power_of_two) @ rounded(weight, rowwise, power_of_two).T
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    # and float8 is not exact: the reference differs from the fp32 product
+    assert (x @ weight.T - expected).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_emulated_float8_gradients_stay_within_float8s_error_of_fp32(recipe):
+    torch.manual_seed(2)
+    plain = nn.Sequential(nn.Linear(64, 48, bias=False))
+    converted = nn.Sequential(nn.Linear(64, 48, bias=False))
+    converted.load_state_dict(plain.state_dict())
+    float8.convert(converted, recipe, keep=(), auto_filter=False, emulate=True)
+    x = torch.randn(16, 64, dtype=torch.float64).float()
+    grad = torch.randn(16, 48)
+    grads = []
+    for model in (plain, converted):
+        xi = x.clone().requires_grad_()
+        model(xi).backward(grad)
+        grads.append((xi.grad, model[0].weight.grad))
+    for exact, fp8 in zip(grads[0], grads[1], strict=True):
+        relative = (fp8 - exact).norm() / exact.norm()
+        assert 1e-4 < relative < 0.08  # e4m3 keeps 3 mantissa bits: ~2-4% per operand
+
+
+def test_a_selectively_checkpointed_float8_model_trains_like_the_plain_one():
+    from training.runtime.parallelize import apply_activation_checkpointing
+
+    x = torch.randint(0, 256, (2, 33))
+    losses = []
+    for recipe in ("none", "tensorwise"):
+        model = tiny()
+        if recipe != "none":
+            float8.convert(model, recipe, auto_filter=False, emulate=True)
+        apply_activation_checkpointing(model, selective=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        losses.append(float(loss))
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert abs(losses[0] - losses[1]) < 0.02 * losses[0]
+
+
+# ----------------------------------------------------------------------------- the policy
+
+
+class _Context:
+    def __init__(self, recompute: bool) -> None:
+        self.is_recompute = recompute
+
+
+def test_selective_checkpointing_saves_float8_matmuls_as_it_saves_mm():
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    policy = matmul_policy(linears_per_block=3)
+    scaled_mm, mm = torch.ops.aten._scaled_mm.default, torch.ops.aten.mm.default
+    forward = [policy(_Context(False), op) for op in (scaled_mm, mm, scaled_mm)]
+    # the first two linears are kept, the block's last (the down projection) is recomputed
+    assert forward == [CheckpointPolicy.MUST_SAVE] * 2 + [CheckpointPolicy.PREFER_RECOMPUTE]
+    assert policy(_Context(False), torch.ops.aten.max.default) == CheckpointPolicy.MUST_SAVE
+    assert policy(_Context(False), torch.ops.aten.abs.default) == (
+        CheckpointPolicy.PREFER_RECOMPUTE
+    )
+    # recomputation counts on its own
+    assert policy(_Context(True), scaled_mm) == CheckpointPolicy.MUST_SAVE
+
+
+def test_the_fsdp_scale_precompute_runs_only_for_tensorwise_under_fsdp():
+    class Wrapped:
+        def __init__(self, recipe, fsdp):
+            self.plan, self.fsdp, self.bare = ParallelPlan(float8=recipe), fsdp, nn.Linear(2, 2)
+
+    found = float8.float8_components(Wrapped("tensorwise", True))
+    assert [type(c) for c in found] == [float8.Float8Scales]
+    assert float8.float8_components(Wrapped("rowwise", True)) == []
+    assert float8.float8_components(Wrapped("tensorwise", False)) == []
