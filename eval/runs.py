@@ -51,6 +51,7 @@ class Run:
     stable_end: int | None
     diverged: bool = False  # a training loss that is not finite: the run stopped there
     diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)
+    outliers: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> telemetry
 
     @property
     def arm(self) -> tuple[str, str, int]:
@@ -84,6 +85,11 @@ def read_run(path: str | Path) -> Run:
             r["step"]: {k: v for k, v in r.items() if k.startswith("diag/")}
             for r in records
             if any(k.startswith("diag/") for k in r)
+        },
+        outliers={
+            r["step"]: {k: v for k, v in r.items() if k.startswith("outliers/")}
+            for r in records
+            if any(k.startswith("outliers/") for k in r)
         },
     )
 

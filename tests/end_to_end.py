@@ -23,7 +23,7 @@ LOCAL_CORPUS = SHARED_DATA / "c4"
 EVAL_DATA = SHARED_DATA / "eval"
 
 STEPS = 8
-STOP = 4  # validation, downstream, diagnostics, gradient norms and a checkpoint happen here
+STOP = 4  # validation, downstream, diagnostics, gradient norms, outliers, a checkpoint: here
 EVERY = 4
 GRAD_NORMS_EVERY = 2
 WARMUP, DECAY = 2, 3  # wsd: the stable phase ends at step 5, another validation point
@@ -66,9 +66,9 @@ def shrunk(experiment: str, run_dir: Path) -> list[str]:
 
 def instruments() -> list[str]:
     """Everything measured besides the loss, on: validation (``shrunk``), in-loop downstream
-    on local tasks, diagnostics, per-layer gradient norms, the spike monitor skipping spikes,
-    z-loss and the profiler. wandb stays off: it is a sink, tested on its own
-    (``tests/test_train.py``), and the tier reads ``metrics.jsonl``."""
+    on local tasks, diagnostics, per-layer gradient norms, outlier telemetry, the spike
+    monitor skipping spikes, z-loss and the profiler. wandb stays off: it is a sink, tested on
+    its own (``tests/test_train.py``), and the tier reads ``metrics.jsonl``."""
     values = {
         "trainer.downstream_every": EVERY,
         "trainer.downstream_tasks": "[piqa]",
@@ -76,6 +76,7 @@ def instruments() -> list[str]:
         "trainer.downstream_data": str(EVAL_DATA),
         "logging.diagnostics_every": EVERY,
         "logging.grad_norms_every": GRAD_NORMS_EVERY,
+        "logging.outliers_every": EVERY,
         "trainer.spike_window": 4,
         "trainer.spike_threshold": 3.0,
         "trainer.spike_skip": "true",
@@ -99,6 +100,7 @@ def expected_steps(schedule: str) -> dict[str, list[int]]:
         "downstream/seconds": list(range(EVERY, STEPS + 1, EVERY)),  # not in the matrix
         "diag/pre_rms/layer_00": list(range(0, STEPS + 1, EVERY)),
         "grad_norm/mlp/layer_00": list(range(GRAD_NORMS_EVERY, STEPS + 1, GRAD_NORMS_EVERY)),
+        "outliers/act_out/kurtosis/layer_00": list(range(EVERY, STEPS + 1, EVERY)),
     }
 
 

@@ -219,11 +219,17 @@ class LoggingConfig:
         activation's scalars of every block, before clipping;
         ``training/instruments/grad_norms.py``), logged as ``grad_norm/<group>/layer_NN``; 0
         disables.
+    outliers_every: steps between the per-layer outlier telemetry (kurtosis, max/RMS and the
+        FP8 scaling units' maxima of the MLP's pre-activation and output, the attention output
+        and the residual stream; ``training/instruments/outliers.py``), on that step's own
+        micro-batches, logged as ``outliers/<tensor>/<statistic>/layer_NN``; 0 disables. That
+        step's forward runs eagerly.
     """
 
     wandb: WandbConfig = field(default_factory=WandbConfig)
     diagnostics_every: int = 50
     grad_norms_every: int = 50
+    outliers_every: int = 50
 
 
 @dataclass
@@ -278,6 +284,7 @@ BOUNDS = {
     "trainer.collective_timeout_s": 1,
     "logging.diagnostics_every": 0,
     "logging.grad_norms_every": 0,
+    "logging.outliers_every": 0,
 }
 
 

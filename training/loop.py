@@ -33,6 +33,7 @@ from training.instruments.measurements import (
     Validation,
 )
 from training.instruments.metrics import MetricsLogger
+from training.instruments.outliers import Outliers
 from training.instruments.profiling import Profiling
 from training.instruments.spikes import SpikeMonitor
 from training.instruments.step_log import StepLog
@@ -118,6 +119,7 @@ class Trainer:
         return [
             StepHealth(t.max_bad_steps, spikes, t.spike_skip, t.spike_skip_limit),
             GradNorms(c.logging.grad_norms_every),
+            Outliers(c.logging.outliers_every),
             Profiling(t.profile_steps, self.run_dir, env.rank, env.device),
             StepLog(t.log_every, self.model_config, c.data.seq_len, env.device),
             Diagnostics(self.measure, c.logging.diagnostics_every),
@@ -217,12 +219,10 @@ class Trainer:
     def release_model(self) -> None:
         """Drop the model and optimizer while the process group still exists.
 
-        DDP's reducer holds the gloo process group, and it is freed holding the GIL. Freed
-        after ``destroy_process_group``, it would own the group's last reference and run the
-        group's destructor, which joins a worker thread that may be waiting for the GIL to free
-        a tensor: the process hangs at exit (seen twice in two parallel test-suite runs on 2
-        cores). Freed here, the group outlives it and ``destroy_process_group`` ends the group
-        without the GIL.
+        DDP's reducer holds the gloo process group and is freed holding the GIL. Freed after
+        ``destroy_process_group``, it would run the group's destructor, which joins a thread
+        that may wait for the GIL: the process hangs at exit (seen twice on 2 cores). Freed
+        here, ``destroy_process_group`` ends the group without the GIL.
         """
         self.model = self.optimizer = self.measure = None
         self.components = self.state = None  # the measurements hold the model too

@@ -1,0 +1,215 @@
+"""Which activation grows outliers, with training and with width: the outlier study's report.
+
+    python -m scripts.outlier_report runs/outliers-* --out docs/outliers
+
+Reads the outlier telemetry (``training/instruments/outliers.py``) of every run given
+(``configs/sweep/outliers.yaml``). Per run and step, a tensor's statistic is summarised by its
+worst layer (the largest value over layers: FP8 breaks at the worst layer, not the average).
+Per activation and width, over seeds: that value early (the first measured step) and at the end,
+the growth between them paired by seed, and the end at the widest width minus the narrowest,
+paired by seed (a seed fixes the data order at every width), each with Student's 95% interval.
+Writes ``outliers.md`` (the tables), ``outliers.csv`` and ``outliers.png`` (the worst layer's
+kurtosis of the activation's output along training, per width, mean and range over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from scipy import stats
+
+from eval.comparison import paired_difference
+from eval.runs import Run, read_run
+from scripts.common import markdown, write_csv
+from scripts.figures import pyplot, save
+
+TENSORS = ("act_out", "pre_act", "attn_out", "residual")
+REPORTED = (("act_out", "kurtosis"), ("act_out", "max_over_rms"), ("residual", "kurtosis"))
+
+
+def worst_layer(values: dict[str, float], tensor: str, statistic: str) -> float:
+    prefix = f"outliers/{tensor}/{statistic}/"
+    found = [v for k, v in values.items() if k.startswith(prefix) and math.isfinite(v)]
+    return max(found) if found else math.nan
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of Student's 95% interval over seeds (nan for one seed)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.nan
+    t = stats.t.ppf(0.975, len(values) - 1)
+    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def rows(runs: list[Run]) -> list[dict]:
+    """One row per (activation, width, tensor, statistic): early, end, growth over seeds."""
+    arms: dict[tuple[str, int], list[Run]] = defaultdict(list)
+    for run in runs:
+        if run.outliers:
+            arms[(run.activation, run.width)].append(run)
+    out = []
+    for (activation, width), group in sorted(arms.items()):
+        for tensor, statistic in REPORTED:
+            early, end = {}, {}
+            for run in group:
+                steps = sorted(run.outliers)
+                early[run.seed] = worst_layer(run.outliers[steps[0]], tensor, statistic)
+                end[run.seed] = worst_layer(run.outliers[steps[-1]], tensor, statistic)
+                first, last = steps[0], steps[-1]
+            growth = paired_difference(end, early)
+            out.append(
+                {
+                    "activation": activation,
+                    "width": width,
+                    "tensor": tensor,
+                    "statistic": statistic,
+                    "seeds": len(group),
+                    "first_step": first,
+                    "last_step": last,
+                    "early": interval(list(early.values())),
+                    "end": interval(list(end.values())),
+                    "growth": (growth.mean, growth.low, growth.high),
+                    "end_by_seed": end,
+                }
+            )
+    return out
+
+
+def width_effects(table: list[dict]) -> list[dict]:
+    """Per activation and statistic: the end at the widest width minus the narrowest."""
+    by_key: dict[tuple, dict[int, dict]] = defaultdict(dict)
+    for r in table:
+        by_key[(r["activation"], r["tensor"], r["statistic"])][r["width"]] = r
+    out = []
+    for (activation, tensor, statistic), widths in sorted(by_key.items()):
+        if len(widths) < 2:
+            continue
+        narrow, wide = min(widths), max(widths)
+        diff = paired_difference(widths[wide]["end_by_seed"], widths[narrow]["end_by_seed"])
+        out.append(
+            {
+                "activation": activation,
+                "tensor": tensor,
+                "statistic": statistic,
+                "narrow": narrow,
+                "wide": wide,
+                "difference": (diff.mean, diff.low, diff.high),
+            }
+        )
+    return out
+
+
+def _pm(pair: tuple[float, float]) -> str:
+    mean, half = pair
+    return f"{mean:.2f}" if math.isnan(half) else f"{mean:.2f} ± {half:.2f}"
+
+
+def _ci(triple: tuple[float, float, float]) -> str:
+    mean, low, high = triple
+    return f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]"
+
+
+def tables(table: list[dict], widths: list[dict]) -> list[str]:
+    lines = []
+    for tensor, statistic in REPORTED:
+        body = [
+            [
+                r["activation"],
+                str(r["width"]),
+                _pm(r["early"]),
+                _pm(r["end"]),
+                _ci(r["growth"]),
+            ]
+            for r in table
+            if (r["tensor"], r["statistic"]) == (tensor, statistic)
+        ]
+        if not body:
+            continue
+        steps = next(r for r in table if r["tensor"] == tensor)
+        lines += [
+            f"**{tensor} {statistic}**, worst layer, mean ± 95% interval over seeds "
+            f"(step {steps['first_step']} and step {steps['last_step']}):",
+            "",
+            *markdown(["activation", "width", "early", "end", "growth [95% CI]"], body),
+            "",
+        ]
+    body = [
+        [
+            w["activation"],
+            f"{w['tensor']} {w['statistic']}",
+            f"{w['wide']} - {w['narrow']}",
+            _ci(w["difference"]),
+        ]
+        for w in widths
+    ]
+    if body:
+        lines += [
+            "**With width**: the end at the widest width minus the narrowest, paired by seed:",
+            "",
+            *markdown(["activation", "statistic", "widths", "difference [95% CI]"], body),
+        ]
+    return lines
+
+
+def plot(runs: list[Run], out: Path) -> Path:
+    plt = pyplot()
+    widths = sorted({r.width for r in runs if r.outliers})
+    fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 3.6), squeeze=False)
+    for ax, width in zip(axes[0], widths, strict=True):
+        curves: dict[str, list[tuple[list[int], list[float]]]] = defaultdict(list)
+        for run in runs:
+            if run.width == width and run.outliers:
+                steps = sorted(run.outliers)
+                values = [worst_layer(run.outliers[s], "act_out", "kurtosis") for s in steps]
+                curves[run.activation].append((steps, values))
+        for activation, seeds in sorted(curves.items()):
+            steps = seeds[0][0]
+            per_step = list(zip(*[v for _, v in seeds], strict=True))
+            mean = [statistics.fmean(v) for v in per_step]
+            line = ax.plot(steps, mean, label=activation)[0]
+            ax.fill_between(
+                steps,
+                [min(v) for v in per_step],
+                [max(v) for v in per_step],
+                color=line.get_color(),
+                alpha=0.2,
+            )
+        ax.set_title(f"width {width}")
+        ax.set_xlabel("step")
+        ax.set_yscale("log")
+    axes[0][0].set_ylabel("kurtosis of the activation's output\n(worst layer)")
+    axes[0][-1].legend()
+    return save(fig, out / "outliers.png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("docs/outliers"))
+    args = parser.parse_args(argv)
+    runs = [read_run(p) for p in args.runs if (p / "metrics.jsonl").is_file()]
+    table = rows(runs)
+    if not table:
+        raise SystemExit("no run has outlier telemetry: train with logging.outliers_every > 0")
+    widths = width_effects(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = "\n".join(tables(table, widths))
+    (args.out / "outliers.md").write_text(text + "\n")
+    write_csv(
+        [{k: v for k, v in r.items() if k != "end_by_seed"} for r in table],
+        args.out / "outliers.csv",
+    )
+    print(text)
+    print(f"figure: {plot(runs, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    main()
