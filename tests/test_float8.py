@@ -213,3 +213,57 @@ def test_the_fsdp_scale_precompute_runs_only_for_tensorwise_under_fsdp():
     assert [type(c) for c in found] == [float8.Float8Scales]
     assert float8.float8_components(Wrapped("rowwise", True)) == []
     assert float8.float8_components(Wrapped("tensorwise", False)) == []
+
+
+# ----------------------------------------------------------------------------- under FSDP2
+
+
+def fsdp_ranks(rank: int, world_size: int, root: str, recipe: str) -> None:
+    """Two gloo ranks: the float8 model sharded with FSDP2 (bf16 all-gather: gloo has no
+    float8 collectives), every rank fed the same batch; rank 0 also runs it unsharded, and the
+    model without float8, unsharded. Writes the losses and one weight's gradients to ``root``."""
+    import torch.distributed as dist
+
+    from training.runtime.parallelize import apply_fsdp
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{root}/rendezvous", rank=rank, world_size=world_size
+    )
+    x = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(5))
+    results = {}
+    for kind in ("sharded", "whole", "plain") if rank == 0 else ("sharded",):
+        model = tiny()
+        if recipe != "none" and kind != "plain":
+            float8.convert(model, recipe, auto_filter=False, emulate=True)
+        if kind == "sharded":
+            apply_fsdp(model, ParallelPlan(parallelism="fsdp", precision="bf16"))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        grad = model.layers[0].mlp.up_proj.weight.grad
+        grad = grad.full_tensor() if hasattr(grad, "full_tensor") else grad
+        results[kind] = (loss.detach(), grad)
+    if rank == 0:
+        torch.save(results, f"{root}/results.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("recipe", ["none", "tensorwise", "rowwise"])
+def test_float8_layers_sharded_with_fsdp2_train_as_unsharded(tmp_path, recipe):
+    torch.multiprocessing.spawn(fsdp_ranks, args=(2, str(tmp_path), recipe), nprocs=2)
+    results = torch.load(tmp_path / "results.pt")
+    (loss, grad), (loss_whole, grad_whole) = results["sharded"], results["whole"]
+    # the same batch on both ranks: their average is the unsharded gradient
+    if recipe == "none":
+        torch.testing.assert_close(loss, loss_whole, rtol=0, atol=0)
+        torch.testing.assert_close(grad, grad_whole, rtol=0, atol=0)
+        return
+    # with float8, FSDP2 quantizes the bf16-gathered weight where one process quantizes the
+    # fp32 one: another rounding to e4m3, no larger an error against the model without float8
+    torch.testing.assert_close(loss, loss_whole, rtol=1e-3, atol=0)
+    exact = results["plain"][1]
+
+    def error(g):
+        return float((g - exact).norm() / exact.norm())
+
+    assert error(grad) < 2 * error(grad_whole) and error(grad) < 0.2
