@@ -248,6 +248,7 @@ def fsdp_ranks(rank: int, world_size: int, root: str, recipe: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two spawned processes each, ~6 s
 @pytest.mark.parametrize("recipe", ["none", "tensorwise", "rowwise"])
 def test_float8_layers_sharded_with_fsdp2_train_as_unsharded(tmp_path, recipe):
     torch.multiprocessing.spawn(fsdp_ranks, args=(2, str(tmp_path), recipe), nprocs=2)
