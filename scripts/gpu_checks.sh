@@ -60,6 +60,10 @@ if [[ "$parts" == first ]]; then
     --float8 none tensorwise rowwise --seeds 0
   part tests 120 python -m pytest -m gpu tests/test_gpu.py -q -x -n 0 -p no:cacheprovider
   part throughput_rowwise 150 "${throughput[@]}" --float8 rowwise
+  # not run yet: the same stop and resume with FP8 linears (every one: the toy is below
+  # torchao's size thresholds)
+  part resume_fp8 90 bash scripts/gpu_resume.sh "$data" /tmp/gpu_resume_fp8 \
+    trainer.float8=tensorwise trainer.float8_auto_filter=false
   exit 0
 fi
 
