@@ -6,8 +6,11 @@ Reads the outlier telemetry (``training/instruments/outliers.py``) of every run 
 (``configs/sweep/outliers.yaml``). Per run and step, a tensor's statistic is summarised by its
 worst layer (the largest value over layers: FP8 breaks at the worst layer, not the average).
 Per activation and width, over seeds: that value early (the first measured step) and at the end,
-the growth between them paired by seed, and the end at the widest width minus the narrowest,
+the growth between them paired by seed, and the end at the widest width against the narrowest,
 paired by seed (a seed fixes the data order at every width), each with Student's 95% interval.
+Tails are heavy across seeds too (one seed's worst-layer kurtosis can be ten times another's),
+so everything is computed on the logarithm: geometric means, and growth and width effects as
+ratios (x2.0 [x1.2, x3.4]: twice, the interval from 1.2 to 3.4 times).
 Writes ``outliers.md`` (the tables), ``outliers.csv`` and ``outliers.png`` (the worst layer's
 kurtosis of the activation's output along training, per width, mean and range over seeds).
 """
@@ -55,11 +58,11 @@ def rows(runs: list[Run]) -> list[dict]:
     out = []
     for (activation, width), group in sorted(arms.items()):
         for tensor, statistic in REPORTED:
-            early, end = {}, {}
+            early, end = {}, {}  # seed -> log of the worst layer's value
             for run in group:
                 steps = sorted(run.outliers)
-                early[run.seed] = worst_layer(run.outliers[steps[0]], tensor, statistic)
-                end[run.seed] = worst_layer(run.outliers[steps[-1]], tensor, statistic)
+                early[run.seed] = math.log(worst_layer(run.outliers[steps[0]], tensor, statistic))
+                end[run.seed] = math.log(worst_layer(run.outliers[steps[-1]], tensor, statistic))
                 first, last = steps[0], steps[-1]
             growth = paired_difference(end, early)
             out.append(
@@ -81,7 +84,8 @@ def rows(runs: list[Run]) -> list[dict]:
 
 
 def width_effects(table: list[dict]) -> list[dict]:
-    """Per activation and statistic: the end at the widest width minus the narrowest."""
+    """Per activation and statistic: the end at the widest width against the narrowest (a
+    difference of logs)."""
     by_key: dict[tuple, dict[int, dict]] = defaultdict(dict)
     for r in table:
         by_key[(r["activation"], r["tensor"], r["statistic"])][r["width"]] = r
@@ -105,13 +109,17 @@ def width_effects(table: list[dict]) -> list[dict]:
 
 
 def _pm(pair: tuple[float, float]) -> str:
+    """A geometric mean and its interval, from the mean of logs and its half-width."""
     mean, half = pair
-    return f"{mean:.2f}" if math.isnan(half) else f"{mean:.2f} ± {half:.2f}"
+    if math.isnan(half):
+        return f"{math.exp(mean):.3g}"
+    return f"{math.exp(mean):.3g} [{math.exp(mean - half):.3g}, {math.exp(mean + half):.3g}]"
 
 
 def _ci(triple: tuple[float, float, float]) -> str:
-    mean, low, high = triple
-    return f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]"
+    """A ratio and its interval, from a mean difference of logs and its interval."""
+    mean, low, high = (math.exp(v) for v in triple)
+    return f"x{mean:.2f} [x{low:.2f}, x{high:.2f}]"
 
 
 def tables(table: list[dict], widths: list[dict]) -> list[str]:
@@ -132,26 +140,26 @@ def tables(table: list[dict], widths: list[dict]) -> list[str]:
             continue
         steps = next(r for r in table if r["tensor"] == tensor)
         lines += [
-            f"**{tensor} {statistic}**, worst layer, mean ± 95% interval over seeds "
-            f"(step {steps['first_step']} and step {steps['last_step']}):",
+            f"**{tensor} {statistic}**, worst layer: geometric mean [95% interval] over seeds "
+            f"at step {steps['first_step']} and step {steps['last_step']}, and the growth:",
             "",
-            *markdown(["activation", "width", "early", "end", "growth [95% CI]"], body),
+            *markdown(["activation", "width", "early", "end", "end / early [95% CI]"], body),
             "",
         ]
     body = [
         [
             w["activation"],
             f"{w['tensor']} {w['statistic']}",
-            f"{w['wide']} - {w['narrow']}",
+            f"{w['wide']} / {w['narrow']}",
             _ci(w["difference"]),
         ]
         for w in widths
     ]
     if body:
         lines += [
-            "**With width**: the end at the widest width minus the narrowest, paired by seed:",
+            "**With width**: the end at the widest width over the narrowest, paired by seed:",
             "",
-            *markdown(["activation", "statistic", "widths", "difference [95% CI]"], body),
+            *markdown(["activation", "statistic", "widths", "ratio [95% CI]"], body),
         ]
     return lines
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -50,19 +51,24 @@ def test_students_interval_over_three_seeds():
     assert half == pytest.approx(4.302653 * 1.0 / 3**0.5, rel=1e-6)  # t(0.975, 2) sd / sqrt(3)
 
 
-def test_growth_and_the_width_effect_are_paired_by_seed():
-    runs = [run("xielu", 64, s, {25: [3.0, 3.0 + s], 200: [3.0, 10.0 + s]}) for s in (1, 2, 3)] + [
-        run("xielu", 256, s, {25: [3.0, 3.0], 200: [20.0 + s, 3.0]}) for s in (1, 2, 3)
+def test_growth_and_the_width_effect_are_ratios_paired_by_seed():
+    narrow_runs = [
+        run("xielu", 64, s, {25: [3.0, 3.0 * s], 200: [3.0, 21.0 * s]}) for s in (1, 2, 3)
     ]
+    wide_runs = [run("xielu", 256, s, {25: [3.0, 3.0], 200: [42.0 * s, 3.0]}) for s in (1, 2, 3)]
+    runs = narrow_runs + wide_runs
     table = rows(runs)
     narrow = next(
         r
         for r in table
         if r["width"] == 64 and r["statistic"] == "kurtosis" and r["tensor"] == "act_out"
     )
-    assert narrow["early"][0] == 5.0 and narrow["end"][0] == 12.0
-    assert narrow["growth"] == (7.0, 7.0, 7.0)  # every seed grew by 7: no spread
+    geometric = math.log(6) / 3  # the mean of log(s) over seeds 1, 2, 3
+    assert narrow["early"][0] == pytest.approx(math.log(3) + geometric)
+    assert narrow["end"][0] == pytest.approx(math.log(21) + geometric)
+    assert math.exp(narrow["growth"][0]) == pytest.approx(7.0)  # every seed grew x7
+    assert narrow["growth"][1:] == pytest.approx([narrow["growth"][0]] * 2, abs=1e-9)  # no spread
     (effect,) = [
         w for w in width_effects(table) if w["statistic"] == "kurtosis" and w["tensor"] == "act_out"
     ]
-    assert effect["difference"] == (10.0, 10.0, 10.0)  # (20 + s) - (10 + s)
+    assert [math.exp(v) for v in effect["difference"]] == pytest.approx([2.0] * 3)  # 42 / 21
