@@ -27,6 +27,11 @@ NOT_IN_THE_TIER = {
     "logging.wandb.name": "as logging.wandb.project",
     "logging.wandb.group": "as logging.wandb.project",
     "logging.wandb.tags": "as logging.wandb.project",
+    "trainer.float8": "FP8 matmuls need a GPU of compute capability 8.9+: a CPU run is refused "
+    "(tests/test_float8.py); on a GPU, gpu_checks.sh first's fp8_loss and resume_fp8 run train.py "
+    "with it",
+    "trainer.float8_keep": "as trainer.float8; tests/test_float8.py checks which layers it keeps",
+    "trainer.float8_auto_filter": "as trainer.float8; tests/test_float8.py checks the filter",
 }
 
 
