@@ -48,6 +48,15 @@ def test_the_kurtosis_of_known_distributions(sample, kurtosis):
     assert measured == pytest.approx(kurtosis, rel=0.03)
 
 
+def test_relu_squared_of_a_normal_input_has_kurtosis_633_over_25():
+    # y = relu(z)^2, z ~ N(0, 1): E y = 1/2, E y^2 = 3/2, E y^3 = 15/2, E y^4 = 105/2, so
+    # Var = 5/4 and the fourth central moment 633/16: kurtosis 633/25 = 25.32. ReLU²'s output
+    # starts far from 3 at initialisation; what the study compares is its growth.
+    g = torch.Generator().manual_seed(3)
+    y = torch.relu(torch.randn(2000, 1000, generator=g)) ** 2
+    assert stats_of(y)["kurtosis"] == pytest.approx(633 / 25, rel=0.05)
+
+
 def test_the_fourth_central_moment_from_raw_sums_with_a_mean_far_from_zero():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(512, 64, generator=g, dtype=torch.float64).exponential_() * 0.5 + 3.0
