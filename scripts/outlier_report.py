@@ -30,7 +30,6 @@ from eval.runs import Run, read_run
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
 
-TENSORS = ("act_out", "pre_act", "attn_out", "residual")
 REPORTED = (("act_out", "kurtosis"), ("act_out", "max_over_rms"), ("residual", "kurtosis"))
 
 

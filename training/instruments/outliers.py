@@ -40,7 +40,6 @@ from training.components import Component
 from training.runtime import distributed
 
 TENSORS = ("pre_act", "act_out", "attn_out", "residual")
-STATISTICS = ("kurtosis", "max_over_rms", "amax", "row_amax_median")
 # per layer and tensor, the sums: n, sum x, x^2, x^3, x^4, sum of row-amax medians, micro-batches
 _SUMS = 7
 
@@ -79,12 +78,12 @@ class Recorder:
     """The hooks of one measured step: per (layer, tensor), the sums and the maximum."""
 
     def __init__(self, layers, device: torch.device) -> None:
-        self.sums = torch.zeros(len(layers), len(TENSORS), _SUMS, dtype=torch.float64)
-        self.sums = self.sums.to(device)
-        self.amax = torch.zeros(len(layers), len(TENSORS), dtype=torch.float64, device=device)
+        shape = (len(layers), len(TENSORS))
+        self.sums = torch.zeros(*shape, _SUMS, dtype=torch.float64, device=device)
+        self.amax = torch.zeros(shape, dtype=torch.float64, device=device)
         self.handles = []
         for i, layer in enumerate(layers):
-            found = dict(_tensor_sources(layer))
+            found = _tensor_sources(layer)
             for j, tensor in enumerate(TENSORS):
                 module, kind = found[tensor]
                 hook = self._hook(i, j, kind)
@@ -137,17 +136,17 @@ class Recorder:
         return out
 
 
-def _tensor_sources(layer) -> list[tuple[str, tuple[Any, str]]]:
+def _tensor_sources(layer) -> dict[str, tuple[Any, str]]:
     """Where each tensor of ``TENSORS`` is read in one block (wrapped for checkpointing or
     not): the module and whether it is that module's input or its output."""
     modules = dict(layer.named_modules())
     suffix = {name.split("_checkpoint_wrapped_module.")[-1]: m for name, m in modules.items()}
-    return [
-        ("pre_act", (suffix["mlp.act_fn"], "input")),
-        ("act_out", (suffix["mlp.down_proj"], "input")),
-        ("attn_out", (suffix["self_attn.o_proj"], "input")),
-        ("residual", (layer, "output")),
-    ]
+    return {
+        "pre_act": (suffix["mlp.act_fn"], "input"),
+        "act_out": (suffix["mlp.down_proj"], "input"),
+        "attn_out": (suffix["self_attn.o_proj"], "input"),
+        "residual": (layer, "output"),
+    }
 
 
 class Outliers(Component):

@@ -30,13 +30,15 @@ Selective activation checkpointing saves the float8 matmuls' outputs as it saves
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from torch import nn
 
 from training.components import Component
+from training.config import CHOICES
 
-RECIPES = ("none", "tensorwise", "rowwise")
+RECIPES = CHOICES["trainer.float8"][1:]  # "none" aside
 # e4m3 matmuls need compute capability 8.9 (Ada) or 9.0 (Hopper, the GH200) and above
 MIN_CAPABILITY = (8, 9)
 
@@ -99,13 +101,13 @@ def convert(
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     from torchao.float8.float8_linear_utils import _auto_filter_for_recipe
 
-    if recipe not in RECIPES[1:]:
-        raise ValueError(f"float8 recipe {recipe!r} is not one of {RECIPES[1:]}")
+    if recipe not in RECIPES:
+        raise ValueError(f"float8 recipe {recipe!r} is not one of {RECIPES}")
     config = Float8LinearConfig.from_recipe_name(recipe)
     overrides = {"emulate": emulate}
     if recipe == "tensorwise":
         overrides["enable_fsdp_float8_all_gather"] = fsdp
-    config = _with(config, **overrides)
+    config = replace(config, **overrides)
     size_filter = _auto_filter_for_recipe(recipe, filter_fqns=[]) if auto_filter else None
     converted: list[str] = []
 
@@ -121,12 +123,6 @@ def convert(
 
     convert_to_float8_training(model, module_filter_fn=chosen, config=config)
     return converted
-
-
-def _with(config, **changes):
-    from dataclasses import replace
-
-    return replace(config, **changes)
 
 
 class Float8Scales(Component):

@@ -99,16 +99,13 @@ def plan_from_config(trainer: TrainerConfig, device: torch.device) -> ParallelPl
     ConfigError for what this device cannot run (``trainer.float8`` without FP8 hardware)."""
     from training.runtime.float8 import refusal
 
-    why = refusal(trainer.float8, resolve_precision(trainer.precision, device), device)
+    precision = resolve_precision(trainer.precision, device)
+    why = refusal(trainer.float8, precision, device)
     if why:
         raise ConfigError(why)
     same_names = {f.name: getattr(trainer, f.name) for f in fields(ParallelPlan)}
     return ParallelPlan(
-        **{
-            **same_names,
-            "precision": resolve_precision(trainer.precision, device),
-            "float8_keep": tuple(trainer.float8_keep),
-        }
+        **{**same_names, "precision": precision, "float8_keep": tuple(trainer.float8_keep)}
     )
 
 
