@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from model import Llama, ModelConfig
-from model.loss import chunk_loss_and_grad, linear_cross_entropy, token_scores
+from model.loss import chunk_loss_and_grad, gemm, linear_cross_entropy, token_scores
 
 
 def problem(dtype=torch.float64):
@@ -228,3 +228,19 @@ def test_the_model_adds_z_loss_in_training_and_never_in_evaluation():
         float(plain) + 0.5 * float((lse**2).mean()), rel=1e-5
     )
     assert float(model.eval()(tokens, tokens)) == pytest.approx(float(plain), rel=1e-6)
+
+
+def test_a_cpu_bf16_gemm_is_the_exact_product_rounded_once_to_bf16_under_autocast_too():
+    """``gemm`` takes a CPU bf16 product in fp32 (bf16 GEMMs are slow there): the result must
+    still be a bf16 GEMM's, the exact product rounded once to bf16, with autocast on or off."""
+    a = torch.randn(16, 4096).bfloat16()
+    b = torch.randn(4096, 8).bfloat16()
+    exact = a.double() @ b.double()
+    for autocast in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            got = gemm(a, b)
+        assert got.dtype == torch.bfloat16
+        # fp32 sums of 4096 terms, then one rounding: within one bf16 ulp of the exact value
+        ulp = exact.abs() * 2.0**-7
+        assert ((got.double() - exact).abs() <= ulp).all()
+        assert (got == exact.bfloat16()).float().mean() > 0.95
