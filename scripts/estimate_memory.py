@@ -42,6 +42,8 @@ What differs from a GPU, and how it is handled:
   ``sdpa_kernel(FLASH_ATTENTION)``, so a silent fallback to the math path is an error instead.
 - Optimizer. ``build_optimizer`` picks fused AdamW on CUDA and foreach on CPU; the estimate asks
   for fused (``OptimConfig(fused=True)``), whose step allocates no temporaries, as on the GPU.
+  ``--optimizer ademamix``: AdEMAMix's foreach step, whose temporaries (two lists the size of
+  the parameters) count in the optimizer phase as they do on the GPU.
 - Allocator. The tracker counts bytes as requested (CUDA's allocator rounds to 512 B: a few MB
   over a few thousand tensors) and cannot see fragmentation: the headroom covers both.
 - Compile. Eager only: ``torch.compile`` of each block (the trainer's ``compile: blocks``)
@@ -236,8 +238,10 @@ def estimate(
     world_size: int = 1,
     micro_steps: int = 2,
     reduce_every_micro_batch: bool = False,
+    optimizer: str = "adamw",
 ) -> Estimate:
-    """Peak memory of one bf16 training step of ``config`` on one of ``world_size`` GPUs."""
+    """Peak memory of one bf16 training step of ``config`` on one of ``world_size`` GPUs,
+    trained by ``optimizer`` (``optim.name``: AdEMAMix keeps a third fp32 moment)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -265,15 +269,16 @@ def estimate(
         # outside the fake mode: FSDP2's device mesh reads its rank list back from a tensor
         training = parallelize(model, Env(0, world_size, 0, device), plan)
         with fake_mode:
-            optimizer = build_optimizer(model, OptimConfig(fused=True), device)
+            fused = optimizer == "adamw"  # AdEMAMix has its foreach path only
+            optim = build_optimizer(model, OptimConfig(name=optimizer, fused=fused), device)
             tokens = torch.randint(0, config.vocab_size, (batch, seq + 1), device=device)
-            one_step(training, optimizer, tokens, 1, lambda phase: None)  # optimizer state
+            one_step(training, optim, tokens, 1, lambda phase: None)  # optimizer state
             if world_size > 1:
-                tracker = FSDPMemTracker(model, optimizer)
+                tracker = FSDPMemTracker(model, optim)
                 tracker.track_inputs((tokens,))
             else:
                 tracker = MemTracker()
-                tracker.track_external(model, optimizer, tokens)
+                tracker.track_external(model, optim, tokens)
             running_peak: list[tuple[str, int]] = []  # (phase, peak so far) after each phase
             current: dict[str, tuple[int, int, int]] = {}  # phase -> columns right after it
 
@@ -286,7 +291,7 @@ def estimate(
                         label_accumulated_gradients(tracker, model)
 
             with tracker:
-                one_step(training, optimizer, tokens, micro_steps, mark)
+                one_step(training, optim, tokens, micro_steps, mark)
     state, activations, other = by_column(tracker.get_tracker_snapshot("peak"))
     peak = state + activations + other
     phase = next(phase for phase, so_far in running_peak if so_far == peak)  # where it last rose
@@ -372,6 +377,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         help="FSDP2: reduce-scatter gradients after every micro-batch "
         "(trainer.fsdp_reduce_every_micro_batch)",
     )
+    parser.add_argument(
+        "--optimizer",
+        default="adamw",
+        choices=CHOICES["optim.name"],
+        help="optim.name: ademamix keeps a third fp32 moment",
+    )
     parser.add_argument("--headroom", type=float, default=HEADROOM)
     parser.add_argument("--csv", type=Path)
     args = parser.parse_args(argv)
@@ -393,6 +404,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     args.world_size,
                     args.micro_steps,
                     args.reduce_every_micro_batch,
+                    args.optimizer,
                 )
                 rows.append(
                     {
@@ -415,6 +427,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         f"{args.micro_steps} micro-batch(es) per step, "
         + (f"FSDP2 over {args.world_size} GPUs" if args.world_size > 1 else "one GPU")
         + (", gradients reduced every micro-batch" if args.reduce_every_micro_batch else "")
+        + f", {args.optimizer}"
         + f"; fits = peak <= usable memory less {args.headroom:.0%}\n"
     )
     print("\n".join(table(rows, args.headroom)))

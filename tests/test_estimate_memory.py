@@ -75,6 +75,15 @@ def test_weights_grads_and_adam_take_16_bytes_per_parameter_after_the_step():
     assert result.state_after_step == 16 * count + 4 * len(params)
 
 
+def test_ademamix_adds_its_slow_moment_4_bytes_per_parameter():
+    config = tiny()
+    params = parameter_tensors(config)
+    count = sum(p.numel() for p in params)
+    result = estimate(config, BATCH, SEQ, micro_steps=1, optimizer="ademamix")
+    # AdamW's 16 bytes and step counter, and the slow moment's fp32 copy of every parameter
+    assert result.state_after_step == 20 * count + 4 * len(params)
+
+
 def test_fsdp2_shards_weights_grads_and_adam_over_the_ranks():
     config = tiny()
     params = parameter_tensors(config)

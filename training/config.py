@@ -16,9 +16,28 @@ from model.config import ModelConfig
 
 @dataclass
 class OptimConfig:
-    """AdamW (paper: betas 0.9/0.95, eps 1e-8, weight decay 0.1 main / 0.01 ablations).
+    """AdamW (paper: betas 0.9/0.95, eps 1e-8, weight decay 0.1 main / 0.01 ablations), or
+    AdEMAMix (``training/ademamix.py``; the Apertus models: betas 0.9/0.999, alpha 8, beta3
+    0.9999, both warmups 100,000 steps).
 
     Attributes:
+        name: ``adamw`` (the paper) or ``ademamix``. ``lr``, ``betas`` (beta1, beta2), ``eps``,
+            the weight decay and its roles, the scalar multiplier and µP's per-group rates mean
+            the same under both. A resume may not change it (the state is another optimizer's).
+        goldfish_k: Goldfish loss (``training/loss_mask.py``): leave out of the training loss
+            the targets whose ``goldfish_h`` preceding ids hash into a 1/k bucket (Apertus: 50);
+            0 (the paper) leaves none out; 1 would leave out all and is refused.
+        goldfish_h: how many preceding token ids Goldfish hashes (Apertus: 50).
+        eod_mask_loss: leave out of the training loss the positions whose input is the
+            end-of-document token (Megatron's ``--eod-mask-loss``; Apertus: on).
+            With either mask the training loss is the mean over the counted targets of the
+            whole global batch; validation and evaluation count every target.
+        ademamix_alpha: AdEMAMix's weight on its slow average (Apertus: 8).
+        ademamix_beta3: the slow average's decay (Apertus: 0.9999, a half-life of ~6,900
+            steps; a run should be several half-lives long for it to matter).
+        ademamix_alpha_warmup: steps over which alpha rises linearly from 0 (0: none).
+        ademamix_beta3_warmup: steps over which beta3 rises from beta1 with its half-life
+            growing linearly (0: none).
         lr: peak learning rate.
         min_lr: the learning rate the schedule decays to.
         decay_norms_and_embeddings: apply weight decay to norm weights and the embedding too
@@ -37,6 +56,7 @@ class OptimConfig:
         fused: torch's fused AdamW kernel (CUDA and CPU); ``None`` picks it on CUDA.
     """
 
+    name: str = "adamw"
     lr: float = 3e-3
     min_lr: float = 0.0
     betas: tuple[float, float] = (0.9, 0.95)
@@ -46,8 +66,15 @@ class OptimConfig:
     decay_activation_scalars: bool = False
     scalar_lr_multiplier: float = 1.0
     z_loss: float = 0.0
+    goldfish_k: int = 0
+    goldfish_h: int = 50
+    eod_mask_loss: bool = False
     grad_clip: float = 1.0
     fused: bool | None = None
+    ademamix_alpha: float = 8.0
+    ademamix_beta3: float = 0.9999
+    ademamix_alpha_warmup: int = 0
+    ademamix_beta3_warmup: int = 0
 
 
 @dataclass
@@ -262,6 +289,7 @@ CHOICES = {
     "trainer.compile": ("none", "blocks", "model"),
     "trainer.activation_checkpointing": ("none", "full", "selective"),
     "trainer.float8": ("none", "tensorwise", "rowwise"),
+    "optim.name": ("adamw", "ademamix"),
     "logging.wandb.mode": ("online", "offline", "disabled"),
 }
 
@@ -285,6 +313,11 @@ BOUNDS = {
     "logging.diagnostics_every": 0,
     "logging.grad_norms_every": 0,
     "logging.outliers_every": 0,
+    "optim.goldfish_k": 0,
+    "optim.goldfish_h": 1,
+    "optim.ademamix_alpha": 0,
+    "optim.ademamix_alpha_warmup": 0,
+    "optim.ademamix_beta3_warmup": 0,
 }
 
 
@@ -357,6 +390,7 @@ def check_trainer(config: ExperimentConfig, world_size: int = 1) -> None:
         )
     if o.z_loss < 0:
         raise ConfigError(f"optim.z_loss must be >= 0, got {o.z_loss}")
+    check_optimizer(o)
     if not 0 <= o.min_lr <= o.lr:
         raise ConfigError(f"optim.min_lr={o.min_lr} must lie in [0, optim.lr={o.lr}]")
     for name in ("axes", "allow_changes"):
@@ -370,6 +404,23 @@ def check_trainer(config: ExperimentConfig, world_size: int = 1) -> None:
             f"data.seq_len={config.data.seq_len} exceeds model.max_seq_len="
             f"{config.model.max_seq_len}"
         )
+
+
+def check_optimizer(o: OptimConfig) -> None:
+    """The optimizer's keys that a bound or a list of choices cannot say, refused by name."""
+    if o.goldfish_k == 1:
+        raise ConfigError(
+            "optim.goldfish_k=1 would leave every target out of the loss: 0 turns Goldfish "
+            "off, k >= 2 leaves out about 1/k"
+        )
+    if not all(0 <= beta < 1 for beta in o.betas) or len(o.betas) != 2:
+        raise ConfigError(f"optim.betas={list(o.betas)} must be two values in [0, 1)")
+    if o.name != "ademamix":
+        return
+    if o.fused:
+        raise ConfigError("optim.fused=true: AdEMAMix has no fused kernel (its foreach path runs)")
+    if not 0 <= o.ademamix_beta3 < 1:
+        raise ConfigError(f"optim.ademamix_beta3={o.ademamix_beta3} must lie in [0, 1)")
 
 
 def _unknown_keys(node, schema_type, prefix: str = "") -> list[str]:

@@ -37,6 +37,7 @@ from training.instruments.outliers import Outliers
 from training.instruments.profiling import Profiling
 from training.instruments.spikes import SpikeMonitor
 from training.instruments.step_log import StepLog
+from training.loss_mask import LossMask
 from training.optim import build_optimizer, set_learning_rate
 from training.runtime import distributed
 from training.runtime.parallelize import parallelize, plan_from_config
@@ -86,6 +87,7 @@ class Trainer:
         self.accumulation = self.global_batch // (t.micro_batch * env.world_size)
         self.tokenizer = load_tokenizer(config.data.tokenizer)
         check_against_tokenizer(config, self.tokenizer)
+        self.loss_mask = LossMask.from_config(config.optim, self.tokenizer.eos_id)
         model = build_model(config, self.tokenizer.vocab_size, env.device)
         self.model_config = model.config
         model.z_loss = config.optim.z_loss  # in training only: Llama drops it in eval()
@@ -186,10 +188,12 @@ class Trainer:
                 c.optim.grad_clip,
                 should_update=decide,
                 before_clip=functools.partial(self.components.before_clip, self),
+                loss_mask=self.loss_mask,
             )
         except torch.OutOfMemoryError:
             self.components.out_of_memory(self)
             raise
+        self.record.update(result.measured)
         self.step += 1
         self.tokens += self.global_batch * c.data.seq_len
         self.components.after_update(self, result.stepped)
@@ -207,13 +211,8 @@ class Trainer:
         remove_crashed_saves(self.run_dir, self.env)
         if self.env.is_main:
             config = asdict(replace(self.config, model=self.model_config))
-            self.logger = MetricsLogger(
-                self.run_dir,
-                self.config.logging.wandb,
-                config,
-                self.config.name,
-                resumed_at=self.resumed_at,
-            )
+            wandb, name = self.config.logging.wandb, self.config.name
+            self.logger = MetricsLogger(self.run_dir, wandb, config, name, self.resumed_at)
             log.info(opening_line(self))
 
     def release_model(self) -> None:

@@ -1,10 +1,12 @@
-"""AdamW with weight decay only where it makes sense, decided by parameter role."""
+"""The optimizer (AdamW or AdEMAMix), with weight decay only where it makes sense, decided by
+parameter role."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from training.ademamix import AdEMAMix
 from training.config import OptimConfig
 
 
@@ -85,7 +87,21 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr * group.get("lr_multiplier", 1.0)
 
 
-def build_optimizer(model: nn.Module, config: OptimConfig, device: torch.device):
+def build_optimizer(
+    model: nn.Module, config: OptimConfig, device: torch.device
+) -> torch.optim.Optimizer:
+    """``optim.name``'s optimizer over :func:`parameter_groups`: AdamW fused on CUDA and foreach
+    elsewhere (``optim.fused`` decides when set), AdEMAMix through its foreach path."""
+    if config.name == "ademamix":
+        return AdEMAMix(
+            parameter_groups(model, config),
+            lr=config.lr,
+            betas=(*config.betas, config.ademamix_beta3),
+            alpha=config.ademamix_alpha,
+            alpha_warmup=config.ademamix_alpha_warmup,
+            beta3_warmup=config.ademamix_beta3_warmup,
+            eps=config.eps,
+        )
     fused = config.fused if config.fused is not None else device.type == "cuda"
     return torch.optim.AdamW(
         parameter_groups(model, config),

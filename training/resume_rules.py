@@ -11,7 +11,8 @@ and the command line's.
 The rule, one list (docs/training.md, "What a resume may change"):
 
 - every key of :data:`FIXED_SECTIONS` may not change, except those in :data:`MAY_CHANGE`;
-- every key of ``trainer.axes`` may not change (what makes two runs of a sweep different);
+- every key of :data:`FIXED_KEYS` and of ``trainer.axes`` may not change (the axes: what
+  makes two runs of a sweep different);
 - every other key may change, and the new value is what runs from the resumed step on;
 - ``trainer.allow_changes`` names fixed keys this start changes on purpose (``data.paths``
   after moving the files); the load still stops if the checkpoint then does not fit.
@@ -32,6 +33,10 @@ from training.config import ConfigError, ExperimentConfig
 FIXED_SECTIONS = {
     "model": "the weights' shapes and what they compute",
     "data": "what the run reads, in which order, through which tokenizer",
+}
+# keys of other sections that a resume may not change either, and why
+FIXED_KEYS = {
+    "optim.name": "the optimizer's state is that optimizer's (AdEMAMix keeps a slow moment)",
 }
 # keys of those sections that a resume may change all the same, and why
 MAY_CHANGE = {
@@ -58,7 +63,7 @@ def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
 
 def is_fixed(key: str, axes: list[str]) -> bool:
     """Whether a resume may not change ``key`` (the module doc's rule, without the escape)."""
-    if key in axes:
+    if key in axes or key in FIXED_KEYS:
         return True
     return key.split(".")[0] in FIXED_SECTIONS and key not in MAY_CHANGE
 
