@@ -30,13 +30,16 @@ BOUNDS = {
     "dim": 1,
     "n_layers": 1,
     "n_heads": 1,
+    "n_kv_heads": 1,
     "gated_hidden": 1,
     "mlp_hidden": 1,
     "max_seq_len": 1,
     "init_reference_dim": 1,
     "vocab_multiple": 1,
     "loss_chunk_tokens": 1,
+    "rope_original_max_seq_len": 1,
 }
+ROPE_SCALINGS = ("linear", "llama3")
 
 
 @dataclass
@@ -48,15 +51,25 @@ class ModelConfig:
             ``vocab_multiple``) unless set explicitly, e.g. to the paper's 147456.
         dim: hidden size.
         n_layers: transformer blocks.
-        n_heads: attention heads (standard multi-head attention, no GQA).
+        n_heads: query heads.
+        n_kv_heads: key/value heads (grouped-query attention: each serves n_heads / n_kv_heads
+            query heads); ``None`` is ``n_heads``, the paper's multi-head attention. Apertus:
+            32 query heads, 8 groups.
         gated_hidden: the gated MLP width the comparison is matched to (paper: 4 * dim).
         mlp_hidden: explicit MLP width; ``None`` derives it (gated: ``gated_hidden``, plain:
             1.5 * ``gated_hidden``).
         activation: a name from the ``xielu`` registry.
         activation_kwargs: options for that activation (e.g. ``alpha_p_init``).
         rope_theta: RoPE base (paper: 500000).
-        rope_scaling_factor: linear position interpolation: positions are divided by it before
-            the rotation (transformers' ``linear`` RoPE type); 1 (the paper) is plain RoPE.
+        rope_scaling_factor: RoPE scaling's factor; 1 (the paper) is plain RoPE. How it
+            scales is ``rope_scaling``.
+        rope_scaling: ``linear``: position interpolation, every position divided by the factor
+            (transformers' ``linear`` type); ``llama3``: Llama 3.1's frequency-dependent
+            scaling (transformers' ``llama3`` type; Apertus: factor 8): wavelengths longer than
+            ``rope_original_max_seq_len / rope_low_freq_factor`` are stretched by the factor,
+            shorter than ``... / rope_high_freq_factor`` kept, those between blended.
+        rope_low_freq_factor, rope_high_freq_factor, rope_original_max_seq_len: ``llama3``'s
+            other three numbers (Llama 3.1 and Apertus: 1, 4, 8192).
         norm_eps: RMSNorm epsilon.
         tie_embeddings: share the embedding and LM-head matrix (paper: 1.1B yes, 3B no).
         qk_norm: RMSNorm on each head's queries and keys (as in the Apertus models).
@@ -94,12 +107,17 @@ class ModelConfig:
     dim: int = 256
     n_layers: int = 4
     n_heads: int = 4
+    n_kv_heads: int | None = None
     gated_hidden: int = 1024
     mlp_hidden: int | None = None
     activation: str = "xielu"
     activation_kwargs: dict = field(default_factory=dict)
     rope_theta: float = 500000.0
     rope_scaling_factor: float = 1.0
+    rope_scaling: str = "linear"
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_seq_len: int = 8192
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
     qk_norm: bool = False
@@ -123,9 +141,23 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head dimension, got {self.head_dim}")
+        if self.n_heads % self.kv_heads:
+            raise ValueError(
+                f"model.n_heads={self.n_heads} is not a multiple of model.n_kv_heads="
+                f"{self.kv_heads}: each key/value head serves a whole group of query heads"
+            )
         if self.rope_scaling_factor <= 0:
             raise ValueError(
                 f"model.rope_scaling_factor must be positive, got {self.rope_scaling_factor}"
+            )
+        if self.rope_scaling not in ROPE_SCALINGS:
+            raise ValueError(
+                f"model.rope_scaling={self.rope_scaling!r} is not one of {', '.join(ROPE_SCALINGS)}"
+            )
+        if not 0 < self.rope_low_freq_factor < self.rope_high_freq_factor:
+            raise ValueError(
+                f"model.rope_low_freq_factor={self.rope_low_freq_factor} must be positive and "
+                f"below model.rope_high_freq_factor={self.rope_high_freq_factor}"
             )
         is_gated(self.activation)  # raises with the list of valid names
         if self.parametrization not in PARAMETRIZATIONS:
@@ -154,6 +186,11 @@ class ModelConfig:
                     f"{head_dim} (model.dim / model.n_heads): µP scales the number of heads at a "
                     "fixed head_dim, and the base model would have a fraction of a head"
                 )
+            if (self.kv_heads * base) % self.dim:
+                raise ValueError(
+                    f"model.n_kv_heads={self.kv_heads} does not scale with model.dim={self.dim} "
+                    f"to a whole number of key/value heads at model.mup_base_dim={base}"
+                )
             if (self.hidden * base) % self.dim:
                 raise ValueError(
                     f"the MLP width {self.hidden} (model.gated_hidden or model.mlp_hidden) does "
@@ -169,6 +206,16 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads built: ``n_kv_heads``, or ``n_heads`` when unset."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the key and value projections."""
+        return self.kv_heads * self.head_dim
 
     @property
     def gated(self) -> bool:

@@ -50,7 +50,7 @@ def count_parameters(config: ModelConfig) -> ParameterCount:
     return ParameterCount(
         embedding=V * d,
         lm_head=0 if config.tie_embeddings else V * d,
-        attention=L * 4 * d * d,
+        attention=L * (2 * d * d + 2 * d * config.kv_dim),  # q and o; k and v
         mlp=L * mlp_matrices * d * h,
         norms=L * (2 * d + qk_norm) + d,
         activation_scalars=L * scalars,

@@ -90,7 +90,7 @@ def to_hf_config(config: ModelConfig, bos_token_id: int | None = None, eos_token
         intermediate_size=config.hidden,
         num_hidden_layers=config.n_layers,
         num_attention_heads=config.n_heads,
-        num_key_value_heads=config.n_heads,
+        num_key_value_heads=config.kv_heads,
         hidden_act=hf_activation_name(config),
         max_position_embeddings=config.max_seq_len,
         initializer_range=config.effective_init_std,
@@ -114,13 +114,23 @@ def _rope_parameters(config: ModelConfig) -> dict:
     if config.rope_scaling_factor == 1:
         return {"rope_type": "default", "rope_theta": config.rope_theta}
     factor = config.rope_scaling_factor
+    if config.rope_scaling == "llama3":
+        return {
+            "rope_type": "llama3",
+            "factor": factor,
+            "low_freq_factor": config.rope_low_freq_factor,
+            "high_freq_factor": config.rope_high_freq_factor,
+            "original_max_position_embeddings": config.rope_original_max_seq_len,
+            "rope_theta": config.rope_theta,
+        }
     return {"rope_type": "linear", "factor": factor, "rope_theta": config.rope_theta}
 
 
-def _rope_from_hf(hf: dict) -> tuple[float, float]:
-    """(theta, linear factor) from a config.json in transformers 5's layout
+def _rope_from_hf(hf: dict) -> dict:
+    """``ModelConfig``'s RoPE keys from a config.json in transformers 5's layout
     (``rope_parameters``) or 4.x's (``rope_theta`` beside ``rope_scaling``, whose type key is
-    ``type`` or ``rope_type``); a scaling other than linear is refused, naming the key."""
+    ``type`` or ``rope_type``); a scaling other than linear and llama3 is refused, naming the
+    key."""
     if hf.get("rope_parameters"):
         rope, key = hf["rope_parameters"], "rope_parameters"
         theta = rope.get("rope_theta", hf.get("rope_theta"))
@@ -129,12 +139,27 @@ def _rope_from_hf(hf: dict) -> tuple[float, float]:
         theta = hf.get("rope_theta", 10000.0)
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind == "default":
-        return float(theta), 1.0
+        return {"rope_theta": float(theta)}
     if kind == "linear":
-        return float(theta), float(rope["factor"])
+        return {"rope_theta": float(theta), "rope_scaling_factor": float(rope["factor"])}
+    if kind == "llama3":
+        needed = ("factor", "low_freq_factor", "high_freq_factor")
+        missing = [
+            name for name in (*needed, "original_max_position_embeddings") if name not in rope
+        ]
+        if missing:
+            raise ValueError(f"config.json {key}: llama3 RoPE scaling without {', '.join(missing)}")
+        return {
+            "rope_theta": float(theta),
+            "rope_scaling": "llama3",
+            "rope_scaling_factor": float(rope["factor"]),
+            "rope_low_freq_factor": float(rope["low_freq_factor"]),
+            "rope_high_freq_factor": float(rope["high_freq_factor"]),
+            "rope_original_max_seq_len": int(rope["original_max_position_embeddings"]),
+        }
     raise ValueError(
         f"config.json {key}: RoPE scaling {kind!r} is not supported by model.Llama (plain "
-        "RoPE and linear position interpolation are)"
+        "RoPE, linear position interpolation and llama3 are)"
     )
 
 
@@ -231,9 +256,7 @@ def _config_from_hf(hf: dict) -> ModelConfig:
         raise ValueError(
             f"cannot import model_type {model_type!r}; supported: {', '.join(_ARCHITECTURES)}"
         )
-    theta, factor = _rope_from_hf(hf)
-    if hf.get("num_key_value_heads", hf["num_attention_heads"]) != hf["num_attention_heads"]:
-        raise ValueError("grouped-query attention is not supported by model.Llama")
+    rope = _rope_from_hf(hf)
     act = hf["hidden_act"]
     found = from_hf_name(act, gated=model_type == "llama")
     if found is None:
@@ -244,18 +267,24 @@ def _config_from_hf(hf: dict) -> ModelConfig:
         dim=hf["hidden_size"],
         n_layers=hf["num_hidden_layers"],
         n_heads=hf["num_attention_heads"],
+        n_kv_heads=_kv_heads(hf),
         gated_hidden=hf["intermediate_size"],
         mlp_hidden=hf["intermediate_size"],
         activation=activation,
         activation_kwargs=kwargs,
-        rope_theta=theta,
-        rope_scaling_factor=factor,
+        **rope,
         norm_eps=hf["rms_norm_eps"],
         tie_embeddings=hf.get("tie_word_embeddings", False),
         qk_norm=model_type == "apertus",
         max_seq_len=hf["max_position_embeddings"],
         init_std=hf.get("initializer_range", 0.02),
     )
+
+
+def _kv_heads(hf: dict) -> int | None:
+    """``num_key_value_heads``; None (multi-head, the default) when it equals the query heads."""
+    heads = hf.get("num_key_value_heads", hf["num_attention_heads"])
+    return None if heads == hf["num_attention_heads"] else heads
 
 
 def _options_in_state(activation: str, hidden_act: str, state: dict) -> dict[str, float]:

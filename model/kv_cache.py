@@ -56,7 +56,7 @@ class KVCache:
                 f"a cache of {capacity} positions does not fit the model's context of "
                 f"{config.max_seq_len} (model.max_seq_len)"
             )
-        shape = (config.n_layers, batch, config.n_heads, capacity, config.head_dim)
+        shape = (config.n_layers, batch, config.kv_heads, capacity, config.head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
         self.capacity = capacity

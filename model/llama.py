@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from model.config import ModelConfig
 from model.kv_cache import KVCache
-from model.layers import Block, RMSNorm, rope_tables
+from model.layers import Block, RMSNorm, model_rope_tables
 from model.loss import linear_cross_entropy, token_scores
 
 
@@ -34,9 +34,7 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        cos, sin = rope_tables(
-            config.head_dim, config.max_seq_len, config.rope_theta, config.rope_scaling_factor
-        )
+        cos, sin = model_rope_tables(config)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         # the loss's softmax through torch.compile (``model.loss``): see ``compile_blocks``

@@ -16,7 +16,7 @@ from train_helpers import run_in_process, tiny_overrides
 VOCAB = 96
 
 
-def random_model(activation: str, max_seq_len: int = 64, dtype=torch.float64) -> Llama:
+def random_model(activation: str, max_seq_len: int = 64, dtype=torch.float64, **overrides) -> Llama:
     """A small model whose weights (alphas included) are away from their initial values, so
     that greedy decoding does not just repeat the last token as a fresh model does."""
     torch.manual_seed(0)
@@ -28,6 +28,7 @@ def random_model(activation: str, max_seq_len: int = 64, dtype=torch.float64) ->
         gated_hidden=64,
         max_seq_len=max_seq_len,
         activation=activation,
+        **overrides,
     )
     model = Llama(config).to(dtype).eval()
     with torch.no_grad():
@@ -41,9 +42,11 @@ def prompts(*lengths: int) -> list[list[int]]:
     return [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in lengths]
 
 
-@pytest.mark.parametrize("activation", ["xielu", "swiglu"])
-def test_cached_decoding_gives_the_logits_of_recomputing_the_prefix(activation):
-    model = random_model(activation)
+@pytest.mark.parametrize(
+    ("activation", "overrides"), [("xielu", {}), ("swiglu", {}), ("xielu", {"n_kv_heads": 2})]
+)
+def test_cached_decoding_gives_the_logits_of_recomputing_the_prefix(activation, overrides):
+    model = random_model(activation, **overrides)
     tokens = torch.randint(0, VOCAB, (3, 40))
     cache = KVCache.for_model(model, batch=3)
     with torch.no_grad():
@@ -68,13 +71,18 @@ def test_the_cache_refuses_positions_past_its_capacity():
 
 
 @pytest.mark.parametrize(
-    "activation,hf_class",
-    [("swiglu", "LlamaForCausalLM"), ("xielu", "ArceeForCausalLM"), ("relu2", "ArceeForCausalLM")],
+    "activation,hf_class,overrides",
+    [
+        ("swiglu", "LlamaForCausalLM", {}),
+        ("xielu", "ArceeForCausalLM", {}),
+        ("relu2", "ArceeForCausalLM", {}),
+        ("swiglu", "LlamaForCausalLM", {"n_kv_heads": 1}),  # its cache holds one head
+    ],
 )
-def test_greedy_decoding_equals_transformers_generate(activation, hf_class):
+def test_greedy_decoding_equals_transformers_generate(activation, hf_class, overrides):
     from model.hf import to_hf_model
 
-    model = random_model(activation)
+    model = random_model(activation, **overrides)
     hf = to_hf_model(model)
     assert type(hf).__name__ == hf_class
     # to_hf_model casts after building: Arcee's xIELU scalars are float64 here, not bf16

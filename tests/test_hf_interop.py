@@ -47,6 +47,12 @@ def round_activation_scalars_to_bf16(model: Llama) -> None:
                 t.copy_(t.bfloat16().float())
 
 
+LLAMA3_ROPE = {
+    "rope_scaling": "llama3",
+    "rope_scaling_factor": 8.0,
+    "rope_theta": 10000.0,
+    "rope_original_max_seq_len": 32,
+}
 EXPORTABLE = [
     ("swiglu", {}, "LlamaForCausalLM"),
     ("geglu", {}, "LlamaForCausalLM"),
@@ -58,6 +64,10 @@ EXPORTABLE = [
     ("gelu", {}, "ArceeForCausalLM"),
     ("gelu_tanh", {}, "ArceeForCausalLM"),
     ("silu", {"tie_embeddings": False}, "ArceeForCausalLM"),
+    # grouped-query attention and Llama 3.1's RoPE scaling (its original context below the
+    # sequence, so that every kind of frequency, stretched, kept and blended, is exercised)
+    ("swiglu", {"n_kv_heads": 2, **LLAMA3_ROPE}, "LlamaForCausalLM"),
+    ("xielu", {"qk_norm": True, "n_kv_heads": 1, **LLAMA3_ROPE}, "ApertusForCausalLM"),
     ("xielu", {"qk_norm": True}, "ApertusForCausalLM"),
     ("relu2", {"qk_norm": True, "tie_embeddings": False}, "ApertusForCausalLM"),
 ]
@@ -79,7 +89,7 @@ def test_exported_model_gives_the_same_logits_in_transformers(
         torch.testing.assert_close(hf(tokens).logits, model(tokens), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("activation,overrides,hf_class", EXPORTABLE[:5:2] + EXPORTABLE[-2:])
+@pytest.mark.parametrize("activation,overrides,hf_class", EXPORTABLE[:5:2] + EXPORTABLE[-4:])
 def test_import_restores_the_model_bit_for_bit(tmp_path, activation, overrides, hf_class):
     model = random_model(activation, **overrides)
     export_hf(model, tmp_path)
@@ -176,19 +186,18 @@ def test_a_transformers_4_config_with_linear_rope_scaling_imports_with_transform
             import_hf(tmp_path)
 
 
-def test_import_refuses_rope_scaling_and_gqa(tmp_path):
+def test_import_refuses_a_rope_scaling_it_does_not_have_and_an_incomplete_llama3(tmp_path):
     export_hf(random_model("relu2"), tmp_path)
     (tmp_path / SIDECAR).unlink()
     config_file = tmp_path / "config.json"
     config = json.loads(config_file.read_text())
+    config["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 5e5, "factor": 8.0}
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"yarn.*llama3 are"):
+        import_hf(tmp_path)
     config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}
     config_file.write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="llama3"):
-        import_hf(tmp_path)
-    config["rope_parameters"] = {"rope_type": "default", "rope_theta": 5e5}
-    config["num_key_value_heads"] = 2
-    config_file.write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="grouped-query"):
+    with pytest.raises(ValueError, match="without low_freq_factor, high_freq_factor, original"):
         import_hf(tmp_path)
 
 

@@ -37,6 +37,8 @@ def test_paper_swiglu_and_xielu_models_match_in_size_and_flops(preset, label, hi
         {"tie_embeddings": False},
         {"qk_norm": True},
         {"activation": "relu2", "mlp_hidden": 40},
+        {"n_kv_heads": 2, "qk_norm": True},
+        {"n_kv_heads": 2, "parametrization": "mup", "mup_base_dim": 16},
     ],
 )
 def test_parameter_count_matches_the_built_model(overrides):
@@ -120,7 +122,46 @@ def test_vocab_is_padded_from_the_tokenizer_unless_explicit():
     assert ModelConfig(vocab_size=147456).with_vocab_from_tokenizer(131072).vocab_size == 147456
 
 
+def test_grouped_query_attention_is_multi_head_attention_with_each_group_copied():
+    """The independent truth: a multi-head model whose key and value heads are the grouped
+    model's, each repeated for the query heads of its group, computes the same logits."""
+    torch.manual_seed(0)
+    grouped = Llama(tiny(n_kv_heads=2)).double().eval()
+    full = Llama(tiny()).double().eval()
+    head_dim, group = 8, 2  # dim 32 over 4 heads; 2 query heads per key/value head
+    state = grouped.state_dict()
+    for name, tensor in list(state.items()):
+        if name.endswith(("k_proj.weight", "v_proj.weight")):
+            heads = tensor.view(-1, head_dim, tensor.shape[1])  # [kv heads, head_dim, dim]
+            state[name] = heads.repeat_interleave(group, dim=0).reshape(-1, tensor.shape[1])
+    full.load_state_dict(state)
+    tokens = torch.randint(0, 96, (2, 20))
+    assert grouped.layers[0].self_attn.k_proj.weight.shape == (16, 32)
+    torch.testing.assert_close(grouped(tokens), full(tokens), rtol=1e-12, atol=1e-12)
+    doc_ids = torch.tensor([[0] * 8 + [1] * 12, [0] * 20])  # and through the document mask
+    torch.testing.assert_close(
+        grouped(tokens, document_ids=doc_ids), full(tokens, document_ids=doc_ids)
+    )
+
+
+def test_grouped_query_attention_counts_its_smaller_key_and_value_projections_in_flops():
+    grouped, full = tiny(n_kv_heads=1), tiny()
+    saved = 3 * 2 * 32 * (32 - 8)  # 3 layers, k and v, dim x (dim - one head's width)
+    assert count_parameters(full).attention - count_parameters(grouped).attention == saved
+    assert training_flops_per_token(full, 50) - training_flops_per_token(grouped, 50) == 6 * saved
+
+
 def test_inconsistent_config_names_the_key():
+    with pytest.raises(
+        ValueError, match=r"model\.n_heads=4 is not a multiple of model\.n_kv_heads=3"
+    ):
+        ModelConfig(dim=32, n_heads=4, n_kv_heads=3)
+    with pytest.raises(
+        ValueError, match=r"model\.rope_scaling='yarn' is not one of linear, llama3"
+    ):
+        ModelConfig(rope_scaling="yarn")
+    with pytest.raises(ValueError, match=r"model\.n_kv_heads=1 does not scale"):
+        ModelConfig(dim=64, n_heads=2, n_kv_heads=1, parametrization="mup", mup_base_dim=32)
     with pytest.raises(ValueError, match=r"model\.dim=30 is not divisible by model\.n_heads=4"):
         ModelConfig(dim=30, n_heads=4)
     with pytest.raises(ValueError, match="'swiglo' is not known"):
