@@ -34,11 +34,13 @@ EXPERIMENTS = sorted(path.stem for path in (CONFIGS / "experiment").glob("*.yaml
 
 def reads_local_files(experiment: str) -> bool:
     text = (CONFIGS / "experiment" / f"{experiment}.yaml").read_text()
-    return "override /data: local" in text
+    return "override /data: local" in text or "/experiment/paper_1b" in text
 
 
 def shrunk(experiment: str, run_dir: Path) -> list[str]:
-    """``experiment`` with sizes, lengths and cadences only made small."""
+    """``experiment`` with sizes, lengths and cadences only made small (grouped-query attention
+    keeps its groups: one key/value head for the 2 query heads; Goldfish hashes 4 ids, not 50,
+    so that it drops targets in windows of 32)."""
     values = {
         "experiment": experiment,
         "model.dim": 32,
@@ -61,6 +63,11 @@ def shrunk(experiment: str, run_dir: Path) -> list[str]:
     }
     if reads_local_files(experiment):
         values["data.paths"] = f"[{LOCAL_CORPUS}/*.json.gz]"
+    text = (CONFIGS / "experiment" / f"{experiment}.yaml").read_text()
+    if "n_kv_heads" in text:
+        values["model.n_kv_heads"] = 1
+    if "override /recipe: apertus" in text:  # Goldfish
+        values["optim.goldfish_h"] = 4
     return [f"{key}={value}" for key, value in values.items()]
 
 
@@ -112,6 +119,7 @@ PRESETS_COVER = {  # experiment -> (parallelism, precision on this CPU, compile,
     "quickstart": ("ddp", "fp32", "none", "none"),
     "ablation_1b": ("ddp", "bf16", "blocks", "none"),
     "paper_1b": ("fsdp", "bf16", "blocks", "selective"),
+    "apertus_1b": ("fsdp", "bf16", "blocks", "selective"),  # paper_1b's, under the recipe
     "paper_3b": ("fsdp", "bf16", "blocks", "full"),
 }
 COMPILE = ("none", "blocks", "model")
@@ -153,7 +161,7 @@ MOVED = (
     ("ddp", "bf16", "none", "selective"),
     ("fsdp", "bf16", "none", "none"),
 )
-MOVED_PRESETS = ("paper_1b", "paper_3b")
+MOVED_PRESETS = ("apertus_1b", "paper_1b", "paper_3b")
 MOVES = (3, 6)
 
 
