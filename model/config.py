@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from model.document_attention import KERNELS
 from xielu import is_gated
 
 # A plain MLP (up/down) has 2 matrices, a gated one (gate/up/down) 3: widening the plain hidden
@@ -70,6 +71,11 @@ class ModelConfig:
             shorter than ``... / rope_high_freq_factor`` kept, those between blended.
         rope_low_freq_factor, rope_high_freq_factor, rope_original_max_seq_len: ``llama3``'s
             other three numbers (Llama 3.1 and Apertus: 1, 4, 8192).
+        attention: the kernel that keeps attention inside each packed document when the data
+            carries document ids (``data.document_mask``): ``flex`` (FlexAttention), ``sdpa`` (a
+            dense mask, the reference) or ``auto`` (the faster on the device: flex on a GPU,
+            the dense mask on a CPU, as measured; ``model/document_attention.py``). Without
+            document ids attention is causal SDPA whatever this says.
         norm_eps: RMSNorm epsilon.
         tie_embeddings: share the embedding and LM-head matrix (paper: 1.1B yes, 3B no).
         qk_norm: RMSNorm on each head's queries and keys (as in the Apertus models).
@@ -118,6 +124,7 @@ class ModelConfig:
     rope_low_freq_factor: float = 1.0
     rope_high_freq_factor: float = 4.0
     rope_original_max_seq_len: int = 8192
+    attention: str = "auto"
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
     qk_norm: bool = False
@@ -149,6 +156,10 @@ class ModelConfig:
         if self.rope_scaling_factor <= 0:
             raise ValueError(
                 f"model.rope_scaling_factor must be positive, got {self.rope_scaling_factor}"
+            )
+        if self.attention not in KERNELS:
+            raise ValueError(
+                f"model.attention={self.attention!r} is not one of {', '.join(KERNELS)}"
             )
         if self.rope_scaling not in ROPE_SCALINGS:
             raise ValueError(

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import ModelConfig
+from model.document_attention import BlockMask, flex
 from model.kv_cache import LayerCache
 from xielu import get_activation
 
@@ -117,11 +118,12 @@ class Attention(nn.Module):
         x: Tensor,
         cos: Tensor,
         sin: Tensor,
-        mask: Tensor | None = None,
+        mask: Tensor | BlockMask | None = None,
         cache: LayerCache | None = None,
     ) -> Tensor:
-        """``mask``: optional boolean [batch, 1, seq, seq], True where attending is allowed
-        (block-causal over packed documents); plain causal attention without it.
+        """``mask``: attention within packed documents (``model/document_attention.py``): a
+        FlexAttention block mask, or a boolean [batch, 1, seq, seq], True where attending is
+        allowed; plain causal attention without it.
 
         ``cache``: this layer's keys and values of the ``cache.start`` positions before ``x``
         (``model/kv_cache.py``); ``cos``/``sin`` must then be the tables at ``x``'s own positions
@@ -148,7 +150,9 @@ class Attention(nn.Module):
                 if seq > 1:
                     mask = offset_causal_mask(start, seq, x.device)
         gqa = self.n_kv_heads != self.n_heads
-        if causal:
+        if isinstance(mask, BlockMask):
+            out = flex(q, k, v, mask, gqa)
+        elif causal:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
@@ -194,7 +198,7 @@ class Block(nn.Module):
         x: Tensor,
         cos: Tensor,
         sin: Tensor,
-        mask: Tensor | None = None,
+        mask: Tensor | BlockMask | None = None,
         cache: LayerCache | None = None,
     ) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from model.config import ModelConfig
+from model.document_attention import document_mask
 from model.kv_cache import KVCache
 from model.layers import Block, RMSNorm, model_rope_tables
 from model.loss import linear_cross_entropy, token_scores
@@ -99,9 +100,7 @@ class Llama(nn.Module):
         cos, sin = self.rope_cos[start : start + seq], self.rope_sin[start : start + seq]
         mask = None
         if document_ids is not None:
-            causal = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
-            same_doc = document_ids[:, :, None] == document_ids[:, None, :]
-            mask = (causal & same_doc)[:, None]
+            mask = document_mask(document_ids, self.config.attention)
         x = self.embed_tokens(tokens)
         for i, layer in enumerate(self.layers):
             if cache is None:

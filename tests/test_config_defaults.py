@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from train_helpers import CONFIGS, compose
 from training.config import ExperimentConfig
 
-GROUP_PACKAGES = {"model": "model", "data": "data", "schedule": "schedule"}
+GROUP_PACKAGES = {"model": "model", "data": "data", "schedule": "schedule", "recipe": ""}
 
 
 def leaves(node: dict, prefix: str = ""):
@@ -46,10 +46,24 @@ def selected_groups(experiment: dict) -> dict[str, str]:
             if group in GROUP_PACKAGES:
                 chosen[group] = option
     for entry in experiment.get("defaults", []):
+        if isinstance(entry, str):  # _self_, or another experiment this one builds on
+            if entry.startswith("/experiment/"):
+                chosen.update(selected_groups(parent(entry)))
+            continue
         ((key, option),) = entry.items()
         group = key.removeprefix("override ").strip("/")
         chosen[group] = option
     return chosen
+
+
+def parent(entry: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONFIGS / f"{entry.strip('/')}.yaml"))
+
+
+def packaged(group: str, body) -> dict:
+    """A group file's values where they land in the config (a ``_global_`` one: as written)."""
+    package = GROUP_PACKAGES[group]
+    return {package: body or {}} if package else (body or {})
 
 
 GROUP_FILES = sorted(p for g in GROUP_PACKAGES for p in (CONFIGS / g).glob("*.yaml"))
@@ -61,10 +75,11 @@ def test_a_group_file_sets_only_values_that_differ_from_the_dataclass(path: Path
     package = GROUP_PACKAGES[path.parent.name]
     defaults = schema_defaults()
     body = OmegaConf.to_container(OmegaConf.load(path)) or {}
+    where = f"{package}." if package else ""
     restated = [
-        f"{package}.{key}={value!r}"
+        f"{where}{key}={value!r}"
         for key, value in leaves(body)
-        if value == value_at(defaults, f"{package}.{key}")
+        if value == value_at(defaults, f"{where}{key}")
     ]
     assert not restated, f"{path} restates dataclass defaults: {restated}"
 
@@ -74,8 +89,12 @@ def test_an_experiment_sets_only_values_its_groups_do_not_already_give(path: Pat
     experiment = OmegaConf.to_container(OmegaConf.load(path))
     base = schema_defaults()
     for group, option in selected_groups(experiment).items():
-        body = OmegaConf.load(CONFIGS / group / f"{option}.yaml")
-        base = OmegaConf.merge(base, OmegaConf.create({GROUP_PACKAGES[group]: body or {}}))
+        body = OmegaConf.to_container(OmegaConf.load(CONFIGS / group / f"{option}.yaml"))
+        base = OmegaConf.merge(base, OmegaConf.create(packaged(group, body)))
+    for entry in experiment.get("defaults", []):  # the experiments it builds on, then its own
+        if isinstance(entry, str) and entry.startswith("/experiment/"):
+            inherited = {k: v for k, v in parent(entry).items() if k != "defaults"}
+            base = OmegaConf.merge(base, OmegaConf.create(inherited))
     restated = [
         f"{key}={value!r}" for key, value in leaves(experiment) if value == value_at(base, key)
     ]

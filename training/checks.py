@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from data import get_source
 from training.config import ConfigError, ExperimentConfig, check_trainer
 from training.schedule import check_schedule
@@ -28,6 +30,16 @@ def check_config(config: ExperimentConfig, world_size: int = 1) -> None:
         config.data.check_inputs()
     except ValueError as error:
         raise ConfigError(str(error)) from None
+
+
+def check_on_device(config: ExperimentConfig, device: torch.device) -> None:
+    """The checks that need the device the run trains on."""
+    if config.model.attention == "flex" and config.data.document_mask and device.type == "cpu":
+        raise ConfigError(
+            f"model.attention=flex with data.document_mask: FlexAttention has no backward on a "
+            f"CPU (torch {torch.__version__}); use model.attention=auto, which takes the dense "
+            "mask there, or sdpa"
+        )
 
 
 def check_against_tokenizer(config: ExperimentConfig, tokenizer: Any) -> None:

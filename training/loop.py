@@ -21,7 +21,7 @@ from data import build_loader, load_tokenizer
 from model import Llama
 from training.axes import write_run_files
 from training.checkpoint import Checkpointing, CheckpointWriteError, remove_crashed_saves
-from training.checks import check_against_tokenizer, check_config
+from training.checks import check_against_tokenizer, check_config, check_on_device
 from training.components import Component, Components, TrainerState, keeps_state
 from training.config import ConfigError, ExperimentConfig
 from training.instruments.grad_norms import GradNorms
@@ -56,6 +56,7 @@ EXIT_CHECKPOINT_FAILED = 4
 def build_model(config: ExperimentConfig, vocab_size: int, device: torch.device) -> Llama:
     """The bare model, seeded, on ``device``; ``training.runtime.parallelize`` makes it
     trainable."""
+    check_on_device(config, device)
     torch.manual_seed(config.trainer.seed)
     return Llama(config.model.with_vocab_from_tokenizer(vocab_size)).to(device)
 

@@ -322,6 +322,7 @@ _SAVED_OPS = {
     torch.ops.aten._scaled_dot_product_efficient_attention.default,
     torch.ops.aten._scaled_dot_product_cudnn_attention.default,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops.higher_order.flex_attention,  # attention within documents (model.attention)
 }
 _LINEAR_OPS = {
     torch.ops.aten.mm.default,
