@@ -119,6 +119,10 @@ def chunk_loss_and_grad(
     return losses, dlogits
 
 
+# on a CPU, bf16 GEMMs taken in fp32 (``gemm``); tests of what a GPU runs turn it off
+BF16_GEMMS_IN_FP32_ON_CPU = True
+
+
 def gemm(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b``; on a CPU, a bf16 product is taken in fp32 and rounded back to bf16.
 
@@ -129,7 +133,8 @@ def gemm(a: Tensor, b: Tensor) -> Tensor:
     against 0.05 s on the 2-core test machine, most of a bf16 test run's time. Not inside
     ``torch.compile``: Inductor fuses the rounding to bf16 away from the fp32 product.
     """
-    if a.device.type == "cpu" and a.dtype == torch.bfloat16 and not torch.compiler.is_compiling():
+    on_cpu = a.device.type == "cpu" and BF16_GEMMS_IN_FP32_ON_CPU
+    if on_cpu and a.dtype == torch.bfloat16 and not torch.compiler.is_compiling():
         with torch.autocast("cpu", enabled=False):  # else autocast makes it bf16 again
             return (a.float() @ b.float()).to(torch.bfloat16)
     return a @ b

@@ -12,6 +12,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from model import Llama, ModelConfig
+from model import loss as model_loss
 from training.config import OptimConfig
 from training.optim import build_optimizer
 from training.runtime.distributed import Env
@@ -57,8 +58,10 @@ class RecordMatmuls(TorchDispatchMode):
     ],
 )
 def test_a_bf16_training_step_has_no_fp32_matmul_of_weight_sized_operands(
-    activation, checkpointing, z_loss
+    activation, checkpointing, z_loss, monkeypatch
 ):
+    # the GPU's path: on a CPU the head's bf16 GEMMs are otherwise taken in fp32 for speed
+    monkeypatch.setattr(model_loss, "BF16_GEMMS_IN_FP32_ON_CPU", False)
     torch.manual_seed(0)
     config = ModelConfig(
         vocab_size=256, dim=64, n_layers=2, n_heads=4, gated_hidden=128, max_seq_len=32,
