@@ -24,10 +24,13 @@ so there is no setting for it (docs/model.md).
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+if TYPE_CHECKING:  # importing FlexAttention imports Dynamo (a second): only when it is used
+    from torch.nn.attention.flex_attention import BlockMask
 
 KERNELS = ("auto", "sdpa", "flex")
 
@@ -47,9 +50,20 @@ def dense_mask(document_ids: Tensor) -> Tensor:
     return (causal & same_document)[:, None]
 
 
-@torch.compiler.disable  # built eagerly, outside any compiled region, once per forward
 def block_mask(document_ids: Tensor) -> BlockMask:
-    """FlexAttention's block mask for causal attention within each document."""
+    """FlexAttention's block mask for causal attention within each document, built eagerly,
+    outside any compiled region, once per forward."""
+    return _eager(_block_mask)(document_ids)
+
+
+@functools.cache
+def _eager(function):
+    return torch.compiler.disable(function)
+
+
+def _block_mask(document_ids: Tensor) -> BlockMask:
+    from torch.nn.attention.flex_attention import create_block_mask
+
     batch, seq = document_ids.shape
 
     def within_document(b, h, q, kv):
@@ -67,10 +81,14 @@ def document_mask(document_ids: Tensor, setting: str) -> Tensor | BlockMask:
 
 def flex(q: Tensor, k: Tensor, v: Tensor, mask: BlockMask, gqa: bool) -> Tensor:
     """FlexAttention over [batch, heads, seq, head_dim] queries, keys and values."""
+    from torch.nn.attention.flex_attention import flex_attention
+
     kernel = flex_attention if torch.compiler.is_compiling() else _compiled_flex_attention()
     return kernel(q, k, v, block_mask=mask, enable_gqa=gqa)
 
 
 @functools.cache
 def _compiled_flex_attention():
+    from torch.nn.attention.flex_attention import flex_attention
+
     return torch.compile(flex_attention)

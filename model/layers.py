@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import ModelConfig
-from model.document_attention import BlockMask, flex
+from model.document_attention import flex
 from model.kv_cache import LayerCache
 from xielu import get_activation
 
@@ -118,7 +118,7 @@ class Attention(nn.Module):
         x: Tensor,
         cos: Tensor,
         sin: Tensor,
-        mask: Tensor | BlockMask | None = None,
+        mask: Tensor | BlockMask | None = None,  # noqa: F821 (a type FlexAttention defines)
         cache: LayerCache | None = None,
     ) -> Tensor:
         """``mask``: attention within packed documents (``model/document_attention.py``): a
@@ -150,7 +150,7 @@ class Attention(nn.Module):
                 if seq > 1:
                     mask = offset_causal_mask(start, seq, x.device)
         gqa = self.n_kv_heads != self.n_heads
-        if isinstance(mask, BlockMask):
+        if mask is not None and not isinstance(mask, Tensor):  # FlexAttention's block mask
             out = flex(q, k, v, mask, gqa)
         elif causal:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
@@ -198,7 +198,7 @@ class Block(nn.Module):
         x: Tensor,
         cos: Tensor,
         sin: Tensor,
-        mask: Tensor | BlockMask | None = None,
+        mask: Tensor | BlockMask | None = None,  # noqa: F821
         cache: LayerCache | None = None,
     ) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)

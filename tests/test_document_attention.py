@@ -70,6 +70,7 @@ def test_flex_equals_the_dense_mask_reference(device, kv_heads, compiled):
             torch.testing.assert_close(g.double(), e, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # compiles flex's bf16 kernel
 @pytest.mark.parametrize("device", DEVICES)
 def test_flex_in_bf16_is_within_bf16s_rounding_of_the_reference(device):
     ids = packed_ids(2, 128, seed=3).to(device)

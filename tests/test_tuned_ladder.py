@@ -87,6 +87,7 @@ def test_a_missing_tuning_run_stops_the_ladder_and_says_what_to_run(tmp_path, mo
     assert "python -m scripts.sweep width_lr" in message
 
 
+@pytest.mark.slow  # composes the 166 jobs of two sweeps, as the test above
 def test_a_diverged_tuning_run_is_the_worst_rate_not_a_missing_one(tmp_path, monkeypatch):
     _tune(tmp_path, monkeypatch)  # every 2.4e-2 run diverged
     assert 2.4e-2 not in tuned_rates.tuned_rates(load_sweep("width_ladder")).values()
