@@ -69,7 +69,17 @@ def _block_mask(document_ids: Tensor) -> BlockMask:
     def within_document(b, h, q, kv):
         return (q >= kv) & (document_ids[b, q] == document_ids[b, kv])
 
-    return create_block_mask(within_document, batch, None, seq, seq, device=document_ids.device)
+    # compiled on a GPU: eagerly it evaluates the mask at every (query, key) pair, a [batch,
+    # seq, seq] tensor (84 MB at the paper's 5 x 4096); a CPU (evaluation only) keeps it eager
+    return create_block_mask(
+        within_document,
+        batch,
+        None,
+        seq,
+        seq,
+        device=document_ids.device,
+        _compile=document_ids.is_cuda,
+    )
 
 
 def document_mask(document_ids: Tensor, setting: str) -> Tensor | BlockMask:

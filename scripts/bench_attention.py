@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import time
 
 import torch
 import torch.nn.functional as F
 
 from model.document_attention import block_mask, dense_mask, flex
-from scripts.common import markdown
+from scripts.common import markdown, median_ms_and_peak_gib
 
 
 def document_ids(batch: int, seq: int, mean_tokens: int, seed: int = 0) -> torch.Tensor:
@@ -55,22 +54,9 @@ def measure(fn, q, k, v, backward: bool, repeats: int) -> tuple[float, int]:
             out.backward(torch.ones_like(out))
         return out
 
-    call()  # compile, warm up
-    if q.is_cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        call()
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        peak = peak_in_a_child(call)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        call()
-    if q.is_cuda:
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) / repeats, peak
+    ms, peak_gib = median_ms_and_peak_gib(call, q.device, warmup=1, repeats=repeats)
+    peak = peak_gib * 2**30 if peak_gib is not None else peak_in_a_child(call)
+    return ms / 1e3, int(peak)
 
 
 def peak_in_a_child(call) -> int:

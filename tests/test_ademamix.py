@@ -104,6 +104,18 @@ def test_beta3_warmup_moves_the_half_life_linearly_from_beta1s_to_beta3s():
     assert beta3_at(5, BETA1, BETA3, 0) == BETA3  # no warmup
 
 
+def test_with_beta1_zero_the_warmup_is_the_closed_forms_limit():
+    """beta1 = 0 starts at a half-life of 0; the closed form's limit is beta3^(T/t), the value
+    the schedule approaches as beta1 -> 0."""
+    for step in (1, 10, 50, 99):
+        assert beta3_at(step, 0.0, BETA3, 100) == pytest.approx(
+            beta3_at(step, 1e-300, BETA3, 100),
+            rel=1e-4,  # ln(1e-300) is only -690
+        )
+        assert beta3_at(step, 0.0, BETA3, 100) < BETA3
+    assert beta3_at(0, 0.0, BETA3, 100) == 0.0
+
+
 def test_alpha_warmup_is_linear_from_zero():
     assert [alpha_at(t, 8.0, 4) for t in range(6)] == [0.0, 2.0, 4.0, 6.0, 8.0, 8.0]
     assert alpha_at(1, 8.0, 0) == 8.0
@@ -225,4 +237,5 @@ def test_a_resume_may_not_change_the_optimizer():
     ours.optim.name = "ademamix"
     assert fixed_changes(saved, ours) == [("optim.name", "adamw", "ademamix")]
     ours.optim.name, ours.optim.ademamix_alpha = "adamw", 3.0  # a setting, not the optimizer
+    ours.model.attention = "flex"  # a kernel, not what attention computes
     assert fixed_changes(saved, ours) == []

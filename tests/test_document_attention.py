@@ -14,17 +14,15 @@ from torch.nn.attention.flex_attention import flex_attention
 
 from model import Llama, ModelConfig
 from model.document_attention import block_mask, dense_mask, document_mask, flex, kernel_for
+from scripts.bench_attention import document_ids
 from training.checks import check_on_device
 from training.config import ConfigError, ExperimentConfig
 from training.runtime.parallelize import apply_activation_checkpointing, matmul_policy
 
 
 def packed_ids(batch: int, seq: int, seed: int = 0) -> torch.Tensor:
-    """Document ids of windows holding several documents of random lengths."""
-    gen = torch.Generator().manual_seed(seed)
-    starts = torch.rand(batch, seq, generator=gen) < 0.05
-    starts[:, 0] = False
-    return starts.long().cumsum(dim=1)
+    """Document ids of windows holding several documents of random lengths (about 20 tokens)."""
+    return document_ids(batch, seq, mean_tokens=20, seed=seed)
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

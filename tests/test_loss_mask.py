@@ -94,6 +94,9 @@ def test_goldfish_k_1_and_bad_h_are_refused_naming_the_key():
     config.optim.goldfish_k, config.optim.goldfish_h = 50, 0
     with pytest.raises(ConfigError, match=r"optim\.goldfish_h must be positive"):
         check_trainer(config)
+    config.optim.goldfish_h = config.data.seq_len  # no target has that many ids before it
+    with pytest.raises(ConfigError, match=r"optim\.goldfish_h=\d+ is not below data\.seq_len"):
+        check_trainer(config)
 
 
 def test_token_weights_are_exactly_one_when_every_micro_batch_counts_the_same():

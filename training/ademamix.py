@@ -45,9 +45,11 @@ def alpha_at(step: int, alpha: float, warmup: int) -> float:
 def beta3_at(step: int, beta1: float, beta3: float, warmup: int) -> float:
     """The slow average's decay at update ``step``: from ``beta1`` to ``beta3`` with the
     half-life growing linearly over ``warmup`` steps (module docstring)."""
-    if not warmup or step >= warmup or beta1 == 0.0:
+    if not warmup or step >= warmup:
         return beta3
     a = step / warmup
+    if beta1 == 0.0:  # a half-life of 0 to start: the closed form's limit, beta3^(1/a)
+        return min(beta3 ** (1 / a), beta3) if a else 0.0
     log_start, log_end = math.log(beta1), math.log(beta3)
     return min(math.exp(log_start * log_end / ((1 - a) * log_end + a * log_start)), beta3)
 

@@ -391,6 +391,12 @@ def check_trainer(config: ExperimentConfig, world_size: int = 1) -> None:
     if o.z_loss < 0:
         raise ConfigError(f"optim.z_loss must be >= 0, got {o.z_loss}")
     check_optimizer(o)
+    if o.goldfish_k and o.goldfish_h >= config.data.seq_len:
+        raise ConfigError(
+            f"optim.goldfish_h={o.goldfish_h} is not below data.seq_len={config.data.seq_len}: "
+            "no target of a window has that many ids before it, so Goldfish would leave out "
+            "nothing"
+        )
     if not 0 <= o.min_lr <= o.lr:
         raise ConfigError(f"optim.min_lr={o.min_lr} must lie in [0, optim.lr={o.lr}]")
     for name in ("axes", "allow_changes"):

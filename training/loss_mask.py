@@ -6,6 +6,8 @@ left out of the loss when a hash of the ``h`` token ids before it falls in a 1/k
 model never sees the loss of about 1/k of the tokens of a text, and cannot reproduce a
 memorised passage verbatim. The decision depends on those ``h`` ids alone: the same text
 drops the same tokens wherever it lands, on every rank, after a resume and at any world size.
+(The ``h`` ids are the window's as packed: for the first ``h`` targets of a document they
+include the end of the document before it, as the Goldfish paper hashes its context.)
 
 - The target at position ``j`` of a window is input ``j + 1``; the ``h`` ids before it are
   inputs ``j - h + 1 ... j``. The first ``h - 1`` targets of a window have fewer than ``h``

@@ -41,6 +41,7 @@ FIXED_KEYS = {
 # keys of those sections that a resume may change all the same, and why
 MAY_CHANGE = {
     "model.loss_chunk_tokens": "how the loss is cut into pieces in memory, not what it computes",
+    "model.attention": "which kernel keeps attention within documents, not what it computes",
     "data.num_workers": "the data position is re-partitioned over the new workers",
     "data.hub_retries": "how often a failing read from the Hub is retried",
     "data.hub_backoff_s": "how long a retry of the Hub waits",

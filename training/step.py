@@ -72,7 +72,8 @@ def train_step(
 
     weights, measured = [1.0] * accumulation, {}
     if loss_mask is not None and loss_mask.active:
-        raw = [to_device(next(batches)) for _ in range(accumulation)]
+        # masked and counted where the loader made them (the CPU): no device sync per batch
+        raw = [next(batches) for _ in range(accumulation)]
         masked = [loss_mask.apply(batch) for batch in raw]
         counts = [counted_targets(batch) for batch in masked]
         before, after = distributed.all_reduce_sum(
