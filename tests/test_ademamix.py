@@ -239,3 +239,27 @@ def test_a_resume_may_not_change_the_optimizer():
     ours.optim.name, ours.optim.ademamix_alpha = "adamw", 3.0  # a setting, not the optimizer
     ours.model.attention = "flex"  # a kernel, not what attention computes
     assert fixed_changes(saved, ours) == []
+
+
+def test_built_directly_it_defaults_to_apertus_settings_and_refuses_bad_ones():
+    p = torch.nn.Parameter(torch.ones(2))
+    group = AdEMAMix([p]).param_groups[0]
+    assert group["betas"] == (0.9, 0.999, 0.9999) and group["alpha"] == 8.0
+    assert (group["lr"], group["eps"], group["weight_decay"]) == (1e-3, 1e-8, 0.0)
+    assert (group["alpha_warmup"], group["beta3_warmup"]) == (0, 0)
+    AdEMAMix([p], lr=0.0, eps=0.0, weight_decay=0.0, alpha=0.0, betas=(0.0, 0.0, 0.0))  # edges
+    bad = [
+        {"lr": -1.0},
+        {"eps": -1.0},
+        {"weight_decay": -0.1},
+        {"alpha": -1.0},
+        {"betas": (0.9, 0.999)},
+        {"betas": (0.9, 0.999, 1.0)},
+        {"betas": (-0.1, 0.999, 0.9)},
+    ]
+    for kwargs in bad:
+        with pytest.raises(ValueError, match="AdEMAMix needs"):
+            AdEMAMix([p], **kwargs)
+    for kwargs in ({"alpha_warmup": -1}, {"beta3_warmup": -1}):
+        with pytest.raises(ValueError, match="warmups must be >= 0"):
+            AdEMAMix([p], **kwargs)
