@@ -11,8 +11,9 @@ attend only to earlier positions of its own document (Apertus: ``--reset-attenti
 - ``sdpa``: a dense boolean [batch, 1, seq, seq] mask through ``scaled_dot_product_attention``,
   which sends a masked call to a slower kernel (the math or memory-efficient one on a GPU) and
   holds seq^2 booleans per sequence: the reference that ``flex`` is tested against.
-- ``auto``: ``flex`` on a GPU; on a CPU the dense mask, which
-  ``python -m scripts.bench_attention`` measured faster there (docs/performance.md).
+- ``auto``: ``flex`` on a GPU; on a CPU the dense mask, since torch 2.13's FlexAttention has no
+  backward there (its forward is faster than the dense mask's from 2048 tokens on:
+  ``python -m scripts.bench_attention``, docs/performance.md).
 
 Without document ids attention is plain causal SDPA whatever the setting: its flash kernels
 are the fastest there is for that mask.
