@@ -14,6 +14,7 @@ gradient-norm and checkpoint step at once: the interruption the tier sends lands
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 from train_helpers import CONFIGS, ROOT
@@ -32,9 +33,16 @@ PROFILE = (2, 3)  # before STOP: the resumed run does not profile again
 EXPERIMENTS = sorted(path.stem for path in (CONFIGS / "experiment").glob("*.yaml"))
 
 
-def reads_local_files(experiment: str) -> bool:
+def experiment_text(experiment: str) -> str:
+    """The experiment's YAML and, after it, that of every experiment it builds on
+    (``- /experiment/NAME`` in its defaults)."""
     text = (CONFIGS / "experiment" / f"{experiment}.yaml").read_text()
-    return "override /data: local" in text or "/experiment/paper_1b" in text
+    parents = re.findall(r"^\s*-\s*/experiment/(\w+)", text, flags=re.MULTILINE)
+    return "\n".join([text, *(experiment_text(parent) for parent in parents)])
+
+
+def reads_local_files(experiment: str) -> bool:
+    return "override /data: local" in experiment_text(experiment)
 
 
 def shrunk(experiment: str, run_dir: Path) -> list[str]:
@@ -63,7 +71,7 @@ def shrunk(experiment: str, run_dir: Path) -> list[str]:
     }
     if reads_local_files(experiment):
         values["data.paths"] = f"[{LOCAL_CORPUS}/*.json.gz]"
-    text = (CONFIGS / "experiment" / f"{experiment}.yaml").read_text()
+    text = experiment_text(experiment)
     if "n_kv_heads" in text:
         values["model.n_kv_heads"] = 1
     if "override /recipe: apertus" in text:  # Goldfish

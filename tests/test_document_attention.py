@@ -44,6 +44,15 @@ def reference(q, k, v, ids):
     return F.scaled_dot_product_attention(q.double(), k64, v64, attn_mask=dense_mask(ids))
 
 
+def assert_same_gradients(out, want, inputs, tolerance: float) -> None:
+    """Gradients of ``out`` and of its float64 reference ``want`` for one random upstream."""
+    upstream = torch.randn_like(out)
+    got = torch.autograd.grad(out, inputs, upstream)
+    expected = torch.autograd.grad(want, inputs, upstream.double())
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.double(), e, rtol=tolerance, atol=tolerance)
+
+
 @pytest.mark.slow  # Inductor builds flex's CPU kernel (3.7 s warm; more on a cold cache)
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_heads", [4, 2])
@@ -61,11 +70,7 @@ def test_flex_equals_the_dense_mask_reference(device, kv_heads, compiled):
     want = reference(q, k, v, ids)
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
     if grad:  # no backward on a CPU
-        upstream = torch.randn_like(out)
-        got = torch.autograd.grad(out, (q, k, v), upstream)
-        expected = torch.autograd.grad(want, (q, k, v), upstream.double())
-        for g, e in zip(got, expected, strict=True):
-            torch.testing.assert_close(g.double(), e, rtol=1e-5, atol=1e-5)
+        assert_same_gradients(out, want, (q, k, v), tolerance=1e-5)
 
 
 @pytest.mark.slow  # compiles flex's bf16 kernel
@@ -79,11 +84,7 @@ def test_flex_in_bf16_is_within_bf16s_rounding_of_the_reference(device):
     # bf16 keeps 8 bits: a relative error of 2^-8 per rounding, a few roundings deep
     torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=2e-2)
     if grad:
-        upstream = torch.randn_like(out)
-        got = torch.autograd.grad(out, (q, k, v), upstream)
-        expected = torch.autograd.grad(want, (q, k, v), upstream.double())
-        for g, e in zip(got, expected, strict=True):
-            torch.testing.assert_close(g.double(), e, rtol=5e-2, atol=5e-2)
+        assert_same_gradients(out, want, (q, k, v), tolerance=5e-2)
 
 
 def tiny(attention: str, **overrides) -> Llama:
