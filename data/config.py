@@ -9,12 +9,14 @@ machine does not need the data)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from data.paths import expand_paths
 from data.registry import get_source
 
 TOKENIZERS = ("mistral_nemo", "llama3", "hf", "sentencepiece", "bytes")
+BUILTIN_PARTS = ("all", "reference", "docstrings")
+MIXTURE = "mixture"  # the source that reads ``data.sources`` (``data.mixture``)
 
 # the smallest value of each numeric knob
 BOUNDS = {
@@ -51,11 +53,51 @@ class TokenizerConfig:
 
 
 @dataclass
+class MixtureSource:
+    """One source of a mixture (``data.sources``). Every field but ``name``, ``weight`` and
+    ``source`` overrides the ``data.*`` key of the same name for this source alone; ``None``
+    keeps the shared value (the tokenizer, sequence length, shuffle and workers are always
+    shared: every window of a batch must be alike).
+
+    Attributes:
+        name: the source's label in the logs (``data/mixture/<name>``, ``val/loss/<name>``).
+        weight: its share of the training tokens, relative to the others' weights.
+        source: a registered source (not ``mixture``).
+    """
+
+    name: str = "?"
+    weight: float = 1.0
+    source: str = "builtin"
+    paths: list[str] | None = None
+    text_column: str | None = None
+    min_int_score: int | None = None
+    validation_documents: int | None = None
+    hub_repo: str | None = None
+    hub_config: str | None = None
+    builtin_part: str | None = None
+
+
+# the fields of a MixtureSource that override the shared DataConfig's
+MIXTURE_OVERRIDES = (
+    "paths",
+    "text_column",
+    "min_int_score",
+    "validation_documents",
+    "hub_repo",
+    "hub_config",
+    "builtin_part",
+)
+
+
+@dataclass
 class DataConfig:
     """Attributes:
     source: a name registered in ``data.registry``: ``builtin`` (offline smoke-test corpus),
-        ``local`` (parquet/jsonl files), ``fineweb_edu`` (streamed from the Hugging Face Hub)
-        or ``tokenized`` (binary shards); one module each under ``data/sources/``.
+        ``local`` (parquet/jsonl files), ``fineweb_edu`` (streamed from the Hugging Face Hub),
+        ``tokenized`` (binary shards) or ``mixture`` (the weighted ``sources``); one module
+        each under ``data/sources/``.
+    sources: with ``source=mixture``, the sources mixed and their weights (``MixtureSource``;
+        ``data.mixture`` says how windows are drawn); empty otherwise.
     paths: glob patterns; ``local``: ``*.parquet``, ``*.jsonl``, ``*.jsonl.gz``;
         ``tokenized``: ``*.bin`` written by ``scripts/pretokenize.py``.
     text_column: the column holding document text.
@@ -79,9 +121,13 @@ class DataConfig:
     seed: seed of that permutation.
     num_workers: DataLoader worker processes per rank.
     cache_dir: where the builtin corpus is cached (default ``~/.cache/xielu-llm``).
+    builtin_part: which documents of the builtin corpus: ``all``, ``reference`` (the language
+        reference's topics) or ``docstrings`` (the standard library's): two corpora of
+        different style, for an offline mixture.
     """
 
     source: str = "builtin"
+    sources: list[MixtureSource] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     text_column: str = "text"
     hub_repo: str = "HuggingFaceFW/fineweb-edu"
@@ -97,6 +143,7 @@ class DataConfig:
     seed: int = 0
     num_workers: int = 1
     cache_dir: str | None = None
+    builtin_part: str = "all"
 
     def __post_init__(self) -> None:
         if isinstance(self.tokenizer, dict):
@@ -105,8 +152,45 @@ class DataConfig:
             if getattr(self, key) < minimum:
                 rule = "positive" if minimum == 1 else f">= {minimum}"
                 raise ValueError(f"data.{key} must be {rule}, got {getattr(self, key)}")
+        if self.builtin_part not in BUILTIN_PARTS:
+            raise ValueError(
+                f"data.builtin_part={self.builtin_part!r} is not one of {', '.join(BUILTIN_PARTS)}"
+            )
         if get_source(self.source).needs_paths and not self.paths:
             raise ValueError(f"data.paths must list files (globs) for data.source={self.source}")
+        self.sources = [
+            MixtureSource(**entry) if isinstance(entry, dict) else entry for entry in self.sources
+        ]
+        if (self.source == MIXTURE) != bool(self.sources):
+            raise ValueError(
+                "data.sources lists the sources of a mixture and needs data.source=mixture "
+                f"(data=mixture), and data.source=mixture needs data.sources; got "
+                f"data.source={self.source} with {len(self.sources)} data.sources"
+            )
+        self.mixture_parts()  # each source's own settings checked now, naming its entry
+
+    def mixture_parts(self) -> list[tuple[str, DataConfig]]:
+        """``(name, config)`` of each source of a mixture, in order: this config with the
+        entry's source and overrides, and no ``sources``; ``[]`` for a single source."""
+        names = [entry.name for entry in self.sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"data.sources: every name must be unique, got {names}")
+        parts = []
+        for i, entry in enumerate(self.sources):
+            where = f"data.sources[{i}] ({entry.name})"
+            if entry.source == MIXTURE:
+                raise ValueError(f"{where}: a mixture cannot hold a mixture")
+            if not entry.weight > 0:
+                raise ValueError(f"{where}: weight must be positive, got {entry.weight}")
+            given = {k: getattr(entry, k) for k in MIXTURE_OVERRIDES}
+            overrides = {k: v for k, v in given.items() if v is not None}
+            try:
+                parts.append(
+                    (entry.name, replace(self, source=entry.source, sources=[], **overrides))
+                )
+            except ValueError as error:
+                raise ValueError(f"{where}: {error}") from None
+        return parts
 
     def check_inputs(self) -> None:
         """The files ``data.paths`` names exist (each pattern matches at least one file of the

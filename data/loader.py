@@ -13,6 +13,7 @@ import warnings
 from collections import Counter
 
 from data.config import DataConfig
+from data.mixture import COUNTER_PREFIX
 from data.registry import get_source
 
 # Always reported by ``counters``, so every rank all-reduces the same keys.
@@ -114,13 +115,18 @@ def counters(loader_state: dict) -> dict[str, int]:
     resumes included, and count the training part only: records in the held-out validation slice
     are never counted. Every name in ``COUNTERS`` is present (0 when a source does not count
     it), so the dicts of all ranks have the same keys and can be all-reduced as they are; the
-    sum over ranks counts each record once. A counter that is not in ``COUNTERS`` is left out.
+    sum over ranks counts each record once. A mixture adds each source's training tokens
+    (``mixture/<name>``, every name in every started stream's state, so every rank has them).
+    Any other counter is left out.
     """
     total = Counter(dict.fromkeys(COUNTERS, 0))
     for state in _dataset_states(loader_state):
         stats = (state.get("pending") or {}).get("stats") or {}
-        total.update({k: int(v) for k, v in stats.items() if k in total})
-    return dict(total)
+        total.update(
+            {k: int(v) for k, v in stats.items() if k in total or k.startswith(COUNTER_PREFIX)}
+        )
+    shares = sorted(key for key in total if key not in COUNTERS)
+    return {key: total[key] for key in (*COUNTERS, *shares)}
 
 
 def _dataset_states(state):

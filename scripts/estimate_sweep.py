@@ -4,10 +4,11 @@
     python -m scripts.estimate_sweep ladder_gh200 --gpus 16 --mfu 0.306
 
 Each job of ``configs/sweep/<name>.yaml`` is composed as ``train.py`` would compose it; its
-training FLOPs are ``training_flops_per_token`` (6 x matmul parameters + attention) x steps x
-global batch x sequence length. The default MFU, 0.306, is the one measured on one H100 at
-paper_1b (bf16, FSDP2, compiled blocks; docs/performance.md); smaller models reach less of the
-peak, so the hours are a lower bound for the small rungs. GH200 is counted at the H100 SXM peak
+training FLOPs are ``training_flops_per_token`` (6 x matmul parameters + attention) x the run's
+tokens (steps x global batch x sequence length, summed stage by stage under a batch ramp).
+The default MFU, 0.306, is the one measured on one H100 at paper_1b (bf16, FSDP2, compiled
+blocks; docs/performance.md); smaller models reach less of the peak, so the hours are a lower
+bound for the small rungs. GH200 is counted at the H100 SXM peak
 (the same Hopper GPU).
 """
 
@@ -18,6 +19,7 @@ import argparse
 from data import load_tokenizer
 from model import count_parameters, training_flops_per_token
 from scripts.common import markdown
+from training.batch_ramp import BatchPlan
 from training.instruments.metrics import PEAK_BF16_FLOPS
 from training.sweeps import expand, load_sweep, resolve
 
@@ -29,7 +31,7 @@ def job_cost(overrides: list[str]) -> dict:
     config = resolve(overrides)
     model = config.model.with_vocab_from_tokenizer(load_tokenizer(config.data.tokenizer).vocab_size)
     params = count_parameters(model).total
-    tokens = config.trainer.steps * config.sequences_per_step * config.data.seq_len
+    tokens = BatchPlan(config).tokens_before(config.trainer.steps)  # a batch ramp's too
     flops = training_flops_per_token(model, config.data.seq_len) * tokens
     return {
         "model": f"{model.dim}x{model.n_layers}",

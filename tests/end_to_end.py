@@ -29,6 +29,7 @@ EVERY = 4
 GRAD_NORMS_EVERY = 2
 WARMUP, DECAY = 2, 3  # wsd: the stable phase ends at step 5, another validation point
 PROFILE = (2, 3)  # before STOP: the resumed run does not profile again
+RAMP_TOKENS = STOP * 4 * 32  # a batch ramp's stage starts at STOP: 4 sequences of 32 a step
 
 EXPERIMENTS = sorted(path.stem for path in (CONFIGS / "experiment").glob("*.yaml"))
 
@@ -76,6 +77,8 @@ def shrunk(experiment: str, run_dir: Path) -> list[str]:
         values["model.n_kv_heads"] = 1
     if "override /recipe: apertus" in text:  # Goldfish
         values["optim.goldfish_h"] = 4
+    if "batch_ramp" in text:  # the batch doubles at the stop: the first step after it
+        values["trainer.batch_ramp"] = f"[{{tokens: {RAMP_TOKENS}, global_batch: 8}}]"
     return [f"{key}={value}" for key, value in values.items()]
 
 
@@ -106,9 +109,11 @@ def instruments() -> list[str]:
     return [f"{key}={value}" for key, value in values.items()]
 
 
-def expected_steps(schedule: str) -> dict[str, list[int]]:
-    """At which steps each instrument logs in a run of the tier (interrupted or not)."""
-    validation = [EVERY, STEPS - DECAY, STEPS] if schedule == "wsd" else [EVERY, STEPS]
+def expected_steps(schedule: str, stable_end: int = STEPS - DECAY) -> dict[str, list[int]]:
+    """At which steps each instrument logs in a run of the tier (interrupted or not);
+    ``stable_end``: where the WSD cooldown starts (later under a batch ramp, which reads the
+    schedule in tokens)."""
+    validation = [EVERY, stable_end, STEPS] if schedule == "wsd" else [EVERY, STEPS]
     return {
         "loss": list(range(1, STEPS + 1)),
         "val/loss": sorted(set(validation)),
@@ -129,6 +134,7 @@ PRESETS_COVER = {  # experiment -> (parallelism, precision on this CPU, compile,
     "paper_1b": ("fsdp", "bf16", "blocks", "selective"),
     "apertus_1b": ("fsdp", "bf16", "blocks", "selective"),  # paper_1b's, under the recipe
     "paper_3b": ("fsdp", "bf16", "blocks", "full"),
+    "mixture_ramp": ("fsdp", "bf16", "none", "none"),
 }
 COMPILE = ("none", "blocks", "model")
 CHECKPOINTING = ("none", "selective", "full")
@@ -159,17 +165,16 @@ MATRIX_EXTRAS = {
 
 MATRIX_LEAVES_OUT = ("trainer.downstream_", "trainer.profile_steps")
 
-# A run moves between world sizes: one point of the matrix per {DDP, FSDP2} x {fp32, bf16}
-# trains on 2 processes until SIGTERM at MOVES[0], on 1 until MOVES[1], on 2 to the end
-# (2 -> 1, 1 -> 2, 2 -> 1 -> 2); the FSDP2 presets' resumed run stops at MOVES[1] and one
-# process finishes it.
+# A run moves between world sizes: one point of the matrix per {DDP, FSDP2} x fp32 and DDP x
+# bf16 trains on 2 processes until SIGTERM at MOVES[0], on 1 until MOVES[1], on 2 to the end
+# (2 -> 1, 1 -> 2, 2 -> 1 -> 2); the FSDP2 presets' (bf16) resumed run stops at MOVES[1] and
+# one process finishes it.
 MOVED = (
     ("ddp", "fp32", "model", "full"),
     ("fsdp", "fp32", "blocks", "selective"),
     ("ddp", "bf16", "none", "selective"),
-    ("fsdp", "bf16", "none", "none"),
 )
-MOVED_PRESETS = ("apertus_1b", "paper_1b", "paper_3b")
+MOVED_PRESETS = ("apertus_1b", "mixture_ramp", "paper_1b", "paper_3b")
 MOVES = (3, 6)
 
 

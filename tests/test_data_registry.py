@@ -25,11 +25,14 @@ from scripts.pretokenize import pretokenize
 
 def test_every_module_in_data_sources_registers_the_source_it_is_named_after():
     modules = {m.name for m in pkgutil.iter_modules(data.sources.__path__)}
-    assert set(available_sources()) == modules == {"builtin", "local", "fineweb_edu", "tokenized"}
+    assert set(available_sources()) == modules
+    assert modules == {"builtin", "local", "fineweb_edu", "tokenized", "mixture"}
 
 
 def test_an_unknown_source_is_refused_with_the_registered_names():
-    expected = r"data\.source='s3' is not known; choose one of: builtin, fineweb_edu, local, tok"
+    expected = (
+        r"data\.source='s3' is not known; choose one of: builtin, fineweb_edu, local, mixture, tok"
+    )
     with pytest.raises(ValueError, match=expected):
         get_source("s3")
     with pytest.raises(ValueError, match=expected):

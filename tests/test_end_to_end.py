@@ -17,9 +17,11 @@ import re
 import pytest
 import torch
 
+from data.mixture import normalised_weights
 from end_to_end import (
     CHECKPOINTING,
     COMPILE,
+    DECAY,
     EXPERIMENTS,
     MATRIX,
     MOVED,
@@ -35,6 +37,7 @@ from end_to_end import (
 )
 from faults import faults_env
 from train_helpers import compose, losses, metrics, run
+from training.batch_ramp import BatchPlan
 
 pytestmark = pytest.mark.slow
 
@@ -73,8 +76,9 @@ def logged_steps(run_dir, key: str) -> list[int]:
     return sorted(m["step"] for m in metrics(run_dir) if key in m)
 
 
-def assert_each_instrument_once_at_each_of_its_steps(run_dir, schedule: str) -> None:
-    for key, steps in expected_steps(schedule).items():
+def assert_each_instrument_once_at_each_of_its_steps(run_dir, config) -> None:
+    stable_end = BatchPlan(config).step_at(STEPS - DECAY)
+    for key, steps in expected_steps(config.schedule.name, stable_end).items():
         assert logged_steps(run_dir, key) == steps, key
 
 
@@ -87,6 +91,24 @@ def assert_alphas_logged_in_fp32(run_dir) -> None:
     assert len(set(alphas)) == STEPS  # each step moved them: none rounded to its neighbour
     for value in alphas:
         assert value != float(torch.tensor(value).bfloat16())
+
+
+def assert_mixture_and_ramp(run_dir, config) -> None:
+    """Every step took the batch and tokens of the ramp; each source gave its weight of the
+    training tokens (to a window per stream: 2 streams); ``val/loss`` pools the sources'."""
+    plan = BatchPlan(config)
+    steps = [m for m in metrics(run_dir) if "loss" in m]
+    assert [m["global_batch"] for m in steps] == [plan.batch(m["step"] - 1) for m in steps]
+    assert [m["tokens"] for m in steps] == [plan.tokens_before(m["step"]) for m in steps]
+    if config.trainer.batch_ramp:
+        assert len({m["global_batch"] for m in steps}) == 2  # the ramp's stage was reached
+    windows = steps[-1]["tokens"] / config.data.seq_len
+    for entry, weight in zip(config.data.sources, normalised_weights(config.data), strict=True):
+        assert abs(steps[-1][f"data/share/{entry.name}"] - weight) * windows <= 2, entry.name
+    names = [entry.name for entry in config.data.sources]
+    for m in (m for m in metrics(run_dir) if "val/loss" in m and names):
+        pooled = sum(m[f"val/loss/{n}"] * m[f"val/tokens/{n}"] for n in names) / m["val/tokens"]
+        assert m["val/loss"] == pytest.approx(pooled, rel=1e-12)
 
 
 def assert_profiled(run_dir) -> None:
@@ -139,19 +161,26 @@ def test_each_shipped_experiment_survives_sigterm_at_a_measurement_step_and_resu
     code, output = run(overrides, torchrun=0 if moves else 2, timeout=TIMEOUT)
     assert code == 0, output[-4000:]
     assert moved(output, 2, 1) == moves
-    assert_each_instrument_once_at_each_of_its_steps(tmp_path, config.schedule.name)
+    assert_each_instrument_once_at_each_of_its_steps(tmp_path, config)
     assert_alphas_logged_in_fp32(tmp_path)
     assert_profiled(tmp_path)
     reference = uninterrupted(case)
-    assert_each_instrument_once_at_each_of_its_steps(reference, config.schedule.name)
+    assert_each_instrument_once_at_each_of_its_steps(reference, config)
     # bit for bit on 2 processes: the same kernels on the same inputs, whatever the wrapping
     exact_until = MOVES[1] if moves else STEPS
-    for key in ("loss", "val/loss", "downstream/local_piqa/acc", "diag/pre_rms/layer_00"):
+    per_source = [f"val/loss/{name}" for name, _ in config.data.mixture_parts()]
+    if per_source or config.trainer.batch_ramp:
+        for run_dir in (tmp_path, reference):
+            assert_mixture_and_ramp(run_dir, config)
+    compared = ("loss", "val/loss", "downstream/local_piqa/acc", "diag/pre_rms/layer_00")
+    for key in (*compared, *per_source):
         resumed = {m["step"]: m[key] for m in metrics(tmp_path) if key in m}
         expected = {m["step"]: m[key] for m in metrics(reference) if key in m}
         assert resumed and resumed.keys() == expected.keys(), key
+        # measurements due at the move's stop are taken after it, by the one process
+        last_exact = exact_until - (moves and key != "loss")
         for step, value in expected.items():
-            if step <= exact_until:
+            if step <= last_exact:
                 assert resumed[step] == value, (key, step)
             else:
                 assert resumed[step] == pytest.approx(value, rel=AFTER_A_MOVE), (key, step)
@@ -159,7 +188,8 @@ def test_each_shipped_experiment_survives_sigterm_at_a_measurement_step_and_resu
 
 def test_every_parallelism_and_precision_moves_between_world_sizes():
     combinations = set(itertools.product(("ddp", "fsdp"), ("fp32", "bf16")))
-    assert {(p[0], p[1]) for p in MOVED} == combinations
+    points = [*MOVED, *(PRESETS_COVER[name] for name in MOVED_PRESETS)]
+    assert {(p[0], p[1]) for p in points} == combinations
     assert set(MOVED) <= set(MATRIX)
     assert {PRESETS_COVER[name][0] for name in MOVED_PRESETS} == {"fsdp"}
     fsdp_presets = {name for name, point in PRESETS_COVER.items() if point[0] == "fsdp"}

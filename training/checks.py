@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from data import get_source
+from training.batch_ramp import check_batch_ramp
 from training.config import ConfigError, ExperimentConfig, check_trainer
 from training.schedule import check_schedule
 
@@ -25,6 +26,7 @@ from training.schedule import check_schedule
 def check_config(config: ExperimentConfig, world_size: int = 1) -> None:
     """Raise ConfigError naming the key when the run cannot work as configured."""
     check_trainer(config, world_size)
+    check_batch_ramp(config, world_size)
     check_schedule(config.schedule, config.trainer.steps)
     try:
         config.data.check_inputs()

@@ -112,6 +112,15 @@ DEFAULT_AXES = (
 
 
 @dataclass
+class RampStage:
+    """One step of ``trainer.batch_ramp``: from the first optimizer step that starts with at
+    least ``tokens`` training tokens consumed, the global batch is ``global_batch`` sequences."""
+
+    tokens: int = 0
+    global_batch: int = 1
+
+
+@dataclass
 class TrainerConfig:
     """Attributes:
     steps: optimizer steps in the run.
@@ -120,6 +129,11 @@ class TrainerConfig:
     global_batch_tokens: the global batch in tokens instead (e.g. 1_802_240 = 440 x 4096); a
         multiple of ``data.seq_len``; when set it replaces ``global_batch``.
     micro_batch: sequences per rank per forward/backward.
+    batch_ramp: the global batch grows (or changes) during the run: ``[{tokens: T,
+        global_batch: B}, ...]``, token counts increasing; before the first ``T`` the batch is
+        ``global_batch`` (or ``global_batch_tokens``). With a ramp the learning-rate schedule
+        follows the tokens consumed, not the steps (``training/batch_ramp.py``). Empty: one
+        batch for the whole run.
     parallelism: ``ddp`` or ``fsdp`` (FSDP2 ``fully_shard`` per block, then the root).
     precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``bf16`` or ``fp32``.
     compile: ``none``, ``blocks`` (``torch.compile`` each block) or ``model`` (the whole
@@ -186,6 +200,7 @@ class TrainerConfig:
     global_batch: int = 8
     global_batch_tokens: int | None = None
     micro_batch: int = 8
+    batch_ramp: list[RampStage] = field(default_factory=list)
     parallelism: str = "ddp"
     precision: str = "auto"
     compile: str = "none"

@@ -20,6 +20,7 @@ import torch
 from data import build_loader, load_tokenizer
 from model import Llama
 from training.axes import write_run_files
+from training.batch_ramp import BatchPlan
 from training.checkpoint import Checkpointing, CheckpointWriteError, remove_crashed_saves
 from training.checks import check_against_tokenizer, check_config, check_on_device
 from training.components import Component, Components, TrainerState, keeps_state
@@ -84,8 +85,8 @@ class Trainer:
         check_config(config, env.world_size)
         t = config.trainer
         self.run_dir = Path(t.run_dir)
-        self.global_batch = config.sequences_per_step
-        self.accumulation = self.global_batch // (t.micro_batch * env.world_size)
+        self.plan = BatchPlan(config, env.world_size)  # each step's batch (trainer.batch_ramp)
+        self.global_batch, self.accumulation = self.plan.at(0)
         self.tokenizer = load_tokenizer(config.data.tokenizer)
         check_against_tokenizer(config, self.tokenizer)
         self.loss_mask = LossMask.from_config(config.optim, self.tokenizer.eos_id)
@@ -118,7 +119,7 @@ class Trainer:
         logged, then measured; the checkpoint (last, after any added component) saves it all."""
         c, t, env = self.config, self.config.trainer, self.env
         spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
-        stable_end = stable_phase_end(c.schedule, t.steps)
+        stable_end = self.plan.step_at(stable_phase_end(c.schedule, t.steps))
         return [
             StepHealth(t.max_bad_steps, spikes, t.spike_skip, t.spike_skip_limit),
             GradNorms(c.logging.grad_norms_every),
@@ -170,7 +171,8 @@ class Trainer:
         """One update (or a step a component's verdict skips); ``self.record`` holds its
         values for the components that read them after the update."""
         c, env = self.config, self.env
-        lr = learning_rate(self.step, c.trainer.steps, c.optim, c.schedule)
+        self.global_batch, self.accumulation = self.plan.at(self.step)
+        lr = learning_rate(self.plan.position(self.step), c.trainer.steps, c.optim, c.schedule)
         set_learning_rate(self.optimizer, lr)
 
         def decide(loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> bool:
@@ -217,13 +219,10 @@ class Trainer:
             log.info(opening_line(self))
 
     def release_model(self) -> None:
-        """Drop the model and optimizer while the process group still exists.
-
-        DDP's reducer holds the gloo process group and is freed holding the GIL. Freed after
-        ``destroy_process_group``, it would run the group's destructor, which joins a thread
-        that may wait for the GIL: the process hangs at exit (seen twice on 2 cores). Freed
-        here, ``destroy_process_group`` ends the group without the GIL.
-        """
+        """Drop the model and optimizer while the process group still exists: DDP's reducer,
+        which holds the gloo group, freed after ``destroy_process_group`` would run the group's
+        destructor holding the GIL, joining a thread that waits for it (a hang at exit, seen
+        twice on 2 cores)."""
         self.model = self.optimizer = self.measure = None
         self.components = self.state = None  # the measurements hold the model too
         gc.collect()

@@ -212,10 +212,12 @@ def opening_line(trainer) -> str:
     """What is being trained, on what, with what batch: the run's first log line."""
     c, env, model_config = trainer.config, trainer.env, trainer.model_config
     params = count_parameters(model_config)
+    batch, accumulation = trainer.plan.at(trainer.step)  # the resumed step's, with a ramp
     return (
         f"{c.name}: {c.model.activation}, {params.total / 1e6:.1f}M parameters "
         f"(vocab {model_config.vocab_size}), {env.world_size} x {env.device.type}, "
         f"{c.trainer.parallelism if env.distributed else 'single process'}, "
-        f"global batch {trainer.global_batch} x {c.data.seq_len} tokens "
-        f"(accumulation {trainer.accumulation}), {c.trainer.steps} steps -> {trainer.run_dir}"
+        f"global batch {batch} x {c.data.seq_len} tokens (accumulation {accumulation})"
+        f"{' (trainer.batch_ramp)' if c.trainer.batch_ramp else ''}, {c.trainer.steps} steps "
+        f"-> {trainer.run_dir}"
     )

@@ -60,26 +60,30 @@ def _stdlib_documents() -> list[str]:
     return docs
 
 
-def build_documents() -> list[str]:
-    """All documents, in a fixed shuffled order: language-reference topics and module
-    docstrings differ in style, and a stream that switched from one to the other halfway
-    would show that switch in the loss curve."""
-    docs = [d for d in _pydoc_topics() + _stdlib_documents() if len(d) >= MIN_CHARS]
+def build_documents(part: str = "all") -> list[str]:
+    """All documents of ``part`` (``data.builtin_part``), in a fixed shuffled order: language-
+    reference topics and module docstrings differ in style, and a stream that switched from
+    one to the other halfway would show that switch in the loss curve."""
+    reference = _pydoc_topics() if part in ("all", "reference") else []
+    docstrings = _stdlib_documents() if part in ("all", "docstrings") else []
+    docs = [d for d in reference + docstrings if len(d) >= MIN_CHARS]
     random.Random(0).shuffle(docs)
     return docs
 
 
-def builtin_corpus_path(cache_dir: str | None = None) -> Path:
-    """The corpus as jsonl, built on first use and cached (per Python version)."""
+def builtin_corpus_path(cache_dir: str | None = None, part: str = "all") -> Path:
+    """The corpus (or one part of it) as jsonl, built on first use and cached (per Python
+    version)."""
     cache = Path(cache_dir or os.environ.get("XIELU_CACHE", "~/.cache/xielu-llm")).expanduser()
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    path = cache / f"builtin_corpus_v2_py{version}.jsonl"
+    suffix = "" if part == "all" else f"_{part}"
+    path = cache / f"builtin_corpus_v2_py{version}{suffix}.jsonl"
     if path.is_file():
         return path
     cache.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     with tmp.open("w", encoding="utf-8") as out:
-        for doc in build_documents():
+        for doc in build_documents(part):
             out.write(json.dumps({"text": doc}) + "\n")
     tmp.replace(path)  # atomic: concurrent ranks never read a half-written file
     return path
@@ -88,7 +92,7 @@ def builtin_corpus_path(cache_dir: str | None = None) -> Path:
 def open_corpus(config: DataConfig) -> TextSource:
     """The cached corpus (built on first use); ``text_column`` and ``min_int_score`` do not
     apply to it."""
-    return TextSource([str(builtin_corpus_path(config.cache_dir))])
+    return TextSource([str(builtin_corpus_path(config.cache_dir, config.builtin_part))])
 
 
 register(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,35 +49,54 @@ class Measurements:
         self.config, self.env, self.model, self.tokenizer = config, env, model, tokenizer
         self.run_dir = run_dir
         self.evaluate_downstream = downstream
-        self.batches: list[dict] | None = None
+        self.parts: dict[str, list[dict]] | None = None
         self.shape = (config.trainer.micro_batch, config.data.seq_len)
 
+    def held_out_parts(self) -> dict[str, list[dict]]:
+        """This rank's validation batches of each source of a mixture (``{"": batches}`` for
+        one source): tokenized and packed once, reused every time."""
+        if self.parts is None:
+            t, env, data = self.config.trainer, self.env, self.config.data
+            self.parts = {}
+            for name, part in data.mixture_parts() or [("", data)]:
+                loader = build_validation_loader(part, t.micro_batch, env.rank, env.world_size)
+                self.parts[name] = list(itertools.islice(loader, t.eval_batches or None))
+        return self.parts
+
+    @property
+    def batches(self) -> list[dict] | None:
+        """The held-out batches once read (None before the first measurement needed them)."""
+        return None if self.parts is None else self.held_out()
+
     def held_out(self) -> list[dict]:
-        """This rank's validation batches: tokenized and packed once, reused every time."""
-        if self.batches is None:
-            t, env = self.config.trainer, self.env
-            loader = build_validation_loader(
-                self.config.data, t.micro_batch, env.rank, env.world_size
-            )
-            self.batches = list(itertools.islice(loader, t.eval_batches or None))
-        return self.batches
+        """Every source's validation batches, one source after the other."""
+        return [batch for batches in self.held_out_parts().values() for batch in batches]
 
     def validation(self) -> dict:
         """``val/loss``, ``val/perplexity`` and ``val/tokens`` (what the number covers:
-        ``trainer.eval_batches`` > 0 is a part of the slice); empty for an empty slice."""
+        ``trainer.eval_batches`` > 0 is a part of the slice); empty for an empty slice. A
+        mixture adds ``val/loss/<name>`` and ``val/tokens/<name>`` for each source; its
+        ``val/loss`` is over all the sources' held-out tokens together."""
         model = self.model
         model.eval()
-        result = validation_loss(
-            model, self.held_out(), self.env.device, self.shape, model.autocast
-        )
-        model.train()
-        if not result["tokens"]:
-            return {}
-        return {
-            "val/loss": result["loss"],
-            "val/perplexity": result["perplexity"],
-            "val/tokens": result["tokens"],
+        results = {
+            name: validation_loss(model, batches, self.env.device, self.shape, model.autocast)
+            for name, batches in self.held_out_parts().items()
         }
+        model.train()
+        tokens = sum(result["tokens"] for result in results.values())
+        if not tokens:
+            return {}
+        if len(results) == 1:
+            loss = next(iter(results.values()))["loss"]
+        else:
+            loss = sum(r["loss"] * r["tokens"] for r in results.values() if r["tokens"]) / tokens
+        record = {"val/loss": loss, "val/perplexity": math.exp(min(loss, 50)), "val/tokens": tokens}
+        for name, result in results.items():
+            if name and result["tokens"]:
+                record[f"val/loss/{name}"] = result["loss"]
+                record[f"val/tokens/{name}"] = result["tokens"]
+        return record
 
     def diagnostics(self) -> dict:
         """``diag/<statistic>/layer_NN`` on the first held-out batch."""

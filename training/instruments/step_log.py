@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from data import counters as data_counters
+from data.mixture import COUNTER_PREFIX
 from model import training_flops_per_token
 from training.components import AtStop, Component
 from training.instruments.metrics import alpha_scalars, device_peak_flops, peak_memory_gib
@@ -54,14 +55,24 @@ class StepLog(Component):
             **trainer.record,
             "perplexity": math.exp(min(trainer.record["loss"], 50)),
             "tokens": trainer.tokens,
+            "global_batch": trainer.global_batch,  # this step's (trainer.batch_ramp)
             "tokens_per_s": tokens_per_s,
             "step_time_s": self.step_time,
             "memory_gib": peak_memory_gib(env.device),
             "eta_s": (config.trainer.steps - trainer.step) / max(rate, 1e-9),
             **alpha_scalars(per_layer),
             **{f"data/{name}": int(n) for name, n in zip(data_counts, summed, strict=True)},
+            **mixture_shares(dict(zip(data_counts, summed, strict=True))),
         }
         if self.peak:
             record["mfu"] = tokens_per_s / env.world_size * self.flops_per_token / self.peak
         trainer.logger.log(trainer.step, record)
         trainer.logger.log_alpha_table(trainer.step, per_layer)
+
+
+def mixture_shares(counts: dict[str, float]) -> dict[str, float]:
+    """``data/share/<name>``: each mixed source's part of the training tokens so far (the
+    ``mixture/<name>`` counters summed over ranks); empty for a single source."""
+    mixed = {k[len(COUNTER_PREFIX) :]: n for k, n in counts.items() if k.startswith(COUNTER_PREFIX)}
+    total = sum(mixed.values())
+    return {f"data/share/{name}": n / total for name, n in mixed.items()} if total else {}
