@@ -88,7 +88,11 @@ class MixtureStream(ResumableStream):
         windows = [iter(source_stream) for source_stream in self.streams]
         while True:
             i = next_source(counts, weights)
-            window = next(windows[i])
+            try:
+                window = next(windows[i])
+            except RuntimeError as error:  # e.g. a source left empty by its held-out documents
+                entry = self.config.sources[i]
+                raise RuntimeError(f"data.sources[{i}] ({entry.name}): {error}") from error
             counts[i] += 1
             yield window
 

@@ -20,6 +20,7 @@ def plot(runs: list[str], out: Path, perplexity: bool = False) -> Path:
         records = read_metrics(run)
         train = [r for r in records if "loss" in r and math.isfinite(r["loss"])]
         tokens_per_step = train[-1]["tokens"] / train[-1]["step"] if train else 0
+        tokens_at = {r["step"]: r["tokens"] for r in train}  # exact under a batch ramp
         f = math.exp if perplexity else (lambda v: v)
         line = ax.plot(
             [r["tokens"] for r in train],
@@ -31,7 +32,7 @@ def plot(runs: list[str], out: Path, perplexity: bool = False) -> Path:
         val = [r for r in records if "val/loss" in r]
         if val:
             ax.plot(
-                [r["step"] * tokens_per_step for r in val],
+                [tokens_at.get(r["step"], r["step"] * tokens_per_step) for r in val],
                 [f(r["val/loss"]) for r in val],
                 "o--",
                 color=line[0].get_color(),

@@ -247,3 +247,24 @@ def test_a_missing_file_of_one_source_is_refused_before_a_run_naming_the_entry(c
     config.sources[1].paths = [f"{corpora}/nowhere/*.jsonl"]
     with pytest.raises(ValueError, match=r"data\.sources\[1\] \(short\): .*nowhere"):
         config.check_inputs()
+
+
+def test_the_share_report_prints_the_weights_drawn_and_the_skew_of_mixing_documents(
+    corpora, capsys
+):
+    from scripts.mixture_shares import main
+
+    sources = (
+        f"data.sources=[{{name: long, source: local, weight: 0.3, paths: [{corpora}/long/*]}},"
+        f" {{name: short, source: local, weight: 0.7, paths: [{corpora}/short/*]}}]"
+    )
+    settings = ["data.tokenizer.name=bytes", "data.seq_len=16", "data.validation_documents=3"]
+    main(["--windows", "100", *settings, sources])
+    rows = {
+        line.split(" | ")[0][2:]: line.split(" | ")
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("| long") or line.startswith("| short")
+    }
+    assert rows["long"][2] == "0.3000" and rows["short"][2] == "0.7000"
+    # long documents would take far more than their weight if documents were mixed
+    assert float(rows["long"][5].rstrip(" |")) > 0.5
