@@ -9,7 +9,7 @@ machine does not need the data)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from data.paths import expand_paths
 from data.registry import get_source
@@ -78,14 +78,8 @@ class MixtureSource:
 
 
 # the fields of a MixtureSource that override the shared DataConfig's
-MIXTURE_OVERRIDES = (
-    "paths",
-    "text_column",
-    "min_int_score",
-    "validation_documents",
-    "hub_repo",
-    "hub_config",
-    "builtin_part",
+MIXTURE_OVERRIDES = tuple(
+    f.name for f in fields(MixtureSource) if f.name not in ("name", "weight", "source")
 )
 
 

@@ -268,3 +268,12 @@ def test_the_share_report_prints_the_weights_drawn_and_the_skew_of_mixing_docume
     assert rows["long"][2] == "0.3000" and rows["short"][2] == "0.7000"
     # long documents would take far more than their weight if documents were mixed
     assert float(rows["long"][5].rstrip(" |")) > 0.5
+
+
+def test_every_setting_an_entry_overrides_is_a_shared_data_key():
+    from dataclasses import fields
+
+    from data.config import MIXTURE_OVERRIDES
+
+    shared = {f.name for f in fields(DataConfig)}
+    assert set(MIXTURE_OVERRIDES) <= shared and "paths" in MIXTURE_OVERRIDES
