@@ -133,14 +133,16 @@ def repartition(config: DataConfig, old: list[dict | None], n_new: int) -> list[
     per_source = []
     for i, (name, part) in enumerate(config.mixture_parts()):
         source = get_source(part.source)
-        if source.repartition is None:
-            raise CannotRepartitionError(
-                f"data.sources[{i}] ({name}) is data.source={part.source}, which cannot "
-                "re-partition its position; resume with the original world size and "
-                "data.num_workers"
-            )
         olds = [state["children"][i] if state else None for state in old]
-        per_source.append(source.repartition(part, olds, n_new))
+        try:
+            if source.repartition is None:
+                raise CannotRepartitionError(
+                    f"data.source={part.source} cannot re-partition its position; resume with "
+                    "the original world size and data.num_workers"
+                )
+            per_source.append(source.repartition(part, olds, n_new))
+        except CannotRepartitionError as error:
+            raise CannotRepartitionError(f"data.sources[{i}] ({name}): {error}") from None
     total = [sum(column) for column in zip(*(s["counts"] for s in old if s), strict=True)]
     counts = total or [0] * len(config.sources)
     return [

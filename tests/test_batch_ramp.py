@@ -54,6 +54,9 @@ def test_a_ramp_at_a_step_boundary_starts_at_that_step_and_one_inside_a_step_aft
     plan = BatchPlan(experiment(10, 4, 32, [(513, 8)]))
     assert [plan.batch(s) for s in range(6)] == [4, 4, 4, 4, 4, 8]
     assert plan.at(5) == (8, 8)  # one rank, micro-batches of 1
+    # two stages passed by the same step: the later one from that step on
+    plan = BatchPlan(experiment(10, 4, 32, [(500, 8), (510, 16)]))
+    assert [plan.batch(s) for s in range(6)] == [4, 4, 4, 4, 16, 16]
 
 
 def test_without_a_ramp_the_schedule_reads_the_step_itself():
@@ -82,6 +85,7 @@ def test_with_a_ramp_warmup_and_cooldown_cover_the_same_share_of_the_tokens():
     assert plan.tokens_before(cooling - 1) / total < 0.8 <= plan.tokens_before(cooling) / total
     assert plan.step_at(stable_phase_end(config.schedule, 1000)) == cooling
     assert plan.position(1000) == 1000 and plan.position(0) == 0
+    assert plan.step_at(1000) == 1000 and plan.step_at(None) is None  # cosine: no stable end
 
 
 @pytest.mark.parametrize(
@@ -96,6 +100,10 @@ def test_with_a_ramp_warmup_and_cooldown_cover_the_same_share_of_the_tokens():
 def test_a_ramp_that_cannot_run_is_refused_naming_the_stage(ramp, world, message):
     with pytest.raises(ConfigError, match=message):
         check_batch_ramp(experiment(10, 8, 16, ramp), world)
+
+
+def test_the_smallest_ramp_is_accepted():
+    check_batch_ramp(experiment(10, 8, 16, [(1, 1)]), 1)  # from the first token, one sequence
 
 
 def test_a_ramp_given_on_the_command_line_is_read_as_stages():

@@ -15,8 +15,10 @@ import torch
 from test_data_repartition import assert_same_states, stream_states, take
 
 from data import DataConfig, TokenizerConfig, build_loader, counters, get_source, restore_loader
+from data.config import MixtureSource
 from data.mixture import next_source
 from data.packing import IGNORE_INDEX
+from data.repartition import CannotRepartitionError
 from data.text import TextStream
 
 SEQ = 16
@@ -81,6 +83,8 @@ def windows_of(batches) -> list[dict]:
 
 
 def test_the_deficit_rule_keeps_every_prefix_within_one_window_of_the_weights():
+    assert next_source([0, 0, 0], [0.25, 0.5, 0.25]) == 1
+    assert next_source([0, 1, 0], [0.25, 0.5, 0.25]) == 0  # a tie: the first
     rng = random.Random(0)
     for _ in range(50):
         raw = [rng.uniform(0.01, 1) for _ in range(rng.randint(2, 6))]
@@ -91,7 +95,7 @@ def test_the_deficit_rule_keeps_every_prefix_within_one_window_of_the_weights():
             assert all(abs(c - w * n) < 1 for c, w in zip(counts, weights, strict=True))
 
 
-@pytest.mark.parametrize("weights", [(0.3, 0.7), (0.9, 0.1), (0.5, 0.5)])
+@pytest.mark.parametrize("weights", [(0.3, 0.7), (0.9, 0.1), (0.5, 0.5), (1.0, 4.0)])
 def test_each_source_gives_its_weight_of_the_training_tokens_whatever_its_document_lengths(
     corpora, weights
 ):
@@ -106,7 +110,8 @@ def test_each_source_gives_its_weight_of_the_training_tokens_whatever_its_docume
     total = sum(tokens.values())
     assert total == 200 * SEQ
     for name, weight in zip(("long", "short"), weights, strict=True):
-        assert abs(tokens[name] - weight * total) < SEQ  # within one window
+        share = weight / sum(weights)  # weights are relative
+        assert abs(tokens[name] - share * total) < SEQ  # within one window
     counted = counters(loader.state_dict())
     assert counted["mixture/long"] == tokens["long"]
     assert counted["mixture/short"] == tokens["short"]
@@ -126,14 +131,20 @@ def test_a_mixture_of_one_source_is_that_source_window_for_window(corpora):
         take(build_loader(mixed, 4), 30), take(build_loader(alone, 4), 30)
     ):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    mixed_loader, alone_loader = build_loader(mixed, 4), build_loader(alone, 4)
+    take(mixed_loader, 9), take(alone_loader, 9)
+    mixed_counts = counters(mixed_loader.state_dict())
+    assert mixed_counts.pop("mixture/long") == 9 * 4 * SEQ
+    assert mixed_counts == counters(alone_loader.state_dict())  # the source's own counters
     held = list(get_source("mixture").validation(mixed))
     expected = list(get_source("local").validation(alone))
     assert len(held) == len(expected) > 0
     assert all(torch.equal(x["targets"], y["targets"]) for x, y in zip(held, expected, strict=True))
 
 
-def test_a_resume_on_the_same_layout_with_workers_goes_on_exactly(corpora):
-    config = mixture_config(corpora, num_workers=2)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resume_on_the_same_layout_goes_on_exactly(corpora, workers):
+    config = mixture_config(corpora, num_workers=workers)
     uninterrupted = take(build_loader(config, 4), 30)
     first = build_loader(config, 4)
     take(first, 17)
@@ -176,8 +187,8 @@ def test_2x2_then_1x1_then_2x1_reads_every_token_of_every_source_once_per_epoch(
                 seen[name][int(opening["inputs"][0])] += 1
     saved = [loader.state_dict() for loader in first]
 
-    # phase 2: 1 rank x 1 worker
-    one = mixture_config(corpora, num_workers=1)
+    # phase 2: 1 rank, in this process (no worker)
+    one = mixture_config(corpora, num_workers=0)
     resumed = build_loader(one, 4)
     restore_loader(resumed, saved)
     for name, counts in per_source_targets(windows_of(take(resumed, 25))).items():
@@ -206,6 +217,8 @@ def test_each_source_is_re_partitioned_by_its_own_rule(corpora):
     assert [state["stream"] for state in new] == [0, 1, 2]
     assert new[0]["counts"] == [sum(c) for c in zip(*(s["counts"] for s in old), strict=True)]
     assert new[1]["counts"] == new[2]["counts"] == [0, 0]
+    never_ran = get_source("mixture").repartition(config, [None] * 4, 2)
+    assert [state["counts"] for state in never_ran] == [[0, 0], [0, 0]]
     for i, (_, part) in enumerate(config.mixture_parts()):
         expected = get_source("local").repartition(part, [s["children"][i] for s in old], 3)
         for t in range(3):
@@ -277,3 +290,32 @@ def test_every_setting_an_entry_overrides_is_a_shared_data_key():
 
     shared = {f.name for f in fields(DataConfig)}
     assert set(MIXTURE_OVERRIDES) <= shared and "paths" in MIXTURE_OVERRIDES
+
+
+def test_a_resume_with_other_weights_or_into_another_stream_is_refused(corpora):
+    first = build_loader(mixture_config(corpora), 4, rank=0, world_size=2)
+    take(first, 3)
+    saved = first.state_dict()
+    reweighted = build_loader(mixture_config(corpora, (0.5, 0.5)), 4, rank=0, world_size=2)
+    reweighted.load_state_dict(saved)
+    with pytest.raises(ValueError, match=r"its sources was \[\['long', 'local', 0\.3\]"):
+        take(reweighted, 1)
+    other_rank = build_loader(mixture_config(corpora), 4, rank=1, world_size=2)
+    other_rank.load_state_dict(saved)
+    with pytest.raises(ValueError, match="data state of stream 0 given to stream 1"):
+        take(other_rank, 1)
+
+
+def test_a_source_that_cannot_re_partition_is_named_with_what_to_do(corpora):
+    config = mixture_config(corpora)
+    config.sources.append(MixtureSource(name="hub", source="fineweb_edu", weight=0.1))
+    refusal = r"data\.sources\[2\] \(hub\): data\.source=fineweb_edu cannot resume exactly"
+    with pytest.raises(CannotRepartitionError, match=refusal):
+        get_source("mixture").repartition(config, [None, None], 1)
+
+
+def test_a_source_left_empty_by_its_held_out_documents_is_named(corpora):
+    config = mixture_config(corpora)
+    config.sources[0].validation_documents = 1000
+    with pytest.raises(RuntimeError, match=r"data\.sources\[0\] \(long\): .*holding out 1000"):
+        take(build_loader(config, 4), 2)
