@@ -113,7 +113,7 @@ DEFAULT_AXES = (
 
 @dataclass
 class RampStage:
-    """One step of ``trainer.batch_ramp``: from the first optimizer step that starts with at
+    """One stage of ``trainer.batch_ramp``: from the first optimizer step that starts with at
     least ``tokens`` training tokens consumed, the global batch is ``global_batch`` sequences."""
 
     tokens: int = 0
