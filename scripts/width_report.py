@@ -324,6 +324,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="the baseline at this rate, not its base-width best (a robustness check)",
     )
+    parser.add_argument(
+        "--rates",
+        nargs="+",
+        metavar="ACTIVATION=LR",
+        help="the rates a fixed-rate stage gave each activation (e.g. the Apertus ingredients: "
+        "relu2=0.003 swiglu=0.006 ...), instead of the best on the selection seed",
+    )
     parser.add_argument("--selection-seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="directory for width.md, CSVs and figures")
     args = parser.parse_args(argv)
@@ -332,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("no run directory with metrics.jsonl among the arguments")
     rows = rate_rows(runs, args.selection_seed, args.base)
     rates = best_rates(runs, args.base, args.selection_seed)
+    if args.rates:
+        rates = {name: float(lr) for name, lr in (item.split("=") for item in args.rates)}
     if args.baseline_lr is not None:
         rates[args.baseline] = args.baseline_lr
     ladder = ladder_rows(runs, rates, args.selection_seed, args.baseline)
@@ -352,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             ],
             args.out / "rates.csv",
         )
-        plot_rates(rows, args.out / "learning_rates.png")
+        if rows:  # a fixed-rate stage has no rate sweep to draw
+            plot_rates(rows, args.out / "learning_rates.png")
         if ladder:
             flat = [
                 {**r, "diffs": " ".join(f"{d:.4f}" for d in r.get("diffs", []))} for r in ladder

@@ -113,3 +113,20 @@ def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path
     assert 0.04 < b < 0.06
     assert (out / "ladder.png").stat().st_size > 10_000
     assert (out / "learning_rates.png").stat().st_size > 10_000
+
+
+def test_a_fixed_rate_stage_is_reported_at_the_rates_given(tmp_path):
+    """No seed-0 sweep (the Apertus ingredients): the ladder at the rates named, paired by seed."""
+    runs = [
+        _run(
+            tmp_path, activation, "mup", 64, lr, seed, base + (0.05 if activation == "xielu" else 0)
+        )
+        for activation, lr in (("relu2", 3e-3), ("xielu", 6e-3))
+        for seed, base in ((1, 2.3), (2, 2.2), (3, 2.25))
+    ]
+    out = tmp_path / "report"
+    arguments = [*map(str, runs), "--rates", "relu2=0.003", "xielu=0.006", "--out", str(out)]
+    assert width_report.main(arguments) == 0
+    rows = {r["activation"]: r for r in csv.DictReader((out / "ladder.csv").open())}
+    assert float(rows["xielu"]["diff"]) == pytest.approx(0.05) and rows["xielu"]["seeds"] == "3"
+    assert not (out / "learning_rates.png").exists()
