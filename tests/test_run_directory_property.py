@@ -73,7 +73,18 @@ def overrides(run_dir, layout: tuple[int, str, str], *extra: str) -> list[str]:
         "logging.wandb.mode": "disabled",
         "trainer.run_dir": str(run_dir),
     }
-    return [*(f"{k}={v}" for k, v in values.items()), *extra]
+    values.update(item.split("=", 1) for item in extra)  # an extra key replaces the base's
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+# the second sequence reads a mixture (the c4 sample, inheriting data.paths, and the builtin
+# corpus's reference half) with the batch doubling at step 5: they too must survive every event
+MIXTURE_AND_RAMP = (
+    "data=mixture",
+    "data.sources=[{name: c4, source: local, weight: 0.6}, {name: reference, source: builtin,"
+    " weight: 0.4, builtin_part: reference, validation_documents: 20}]",
+    "trainer.batch_ramp=[{tokens: 640, global_batch: 8}]",
+)
 
 
 def start(run_dir, layout, *extra: str, stop: tuple[signal.Signals, int] | None = None):
@@ -144,6 +155,7 @@ class Run:
 def test_no_sequence_of_starts_stops_kills_and_damage_loses_work(seed, tmp_path):
     rng = random.Random(seed)
     run = Run(tmp_path / "run")
+    base = MIXTURE_AND_RAMP if seed % 3 == 1 else ()
     history = []
     for _ in range(EVENTS):
         layout = (rng.choice([1, 2]), rng.choice(["ddp", "fsdp"]), rng.choice(["fp32", "bf16"]))
@@ -166,7 +178,7 @@ def test_no_sequence_of_starts_stops_kills_and_damage_loses_work(seed, tmp_path)
                 else "data.paths=[/nowhere/*.json.gz]"
             )
             before = snapshot(run.dir) if run.dir.exists() else None
-            code, output = start(run.dir, layout, change)
+            code, output = start(run.dir, layout, *base, change)
             run.after_start()
             assert code != 0, f"{where}: {change} was accepted\n{output[-3000:]}"
             after = snapshot(run.dir) if run.dir.exists() else None
@@ -176,7 +188,7 @@ def test_no_sequence_of_starts_stops_kills_and_damage_loses_work(seed, tmp_path)
             continue
         if run.damaged & {p.name for p in complete_checkpoints(run.dir)} and not intact:
             before = snapshot(run.dir)  # every checkpoint damaged: refuse, never start over
-            code, output = start(run.dir, layout)
+            code, output = start(run.dir, layout, *base)
             run.after_start()
             assert code != 0 and "none of its" in output, f"{where}\n{output[-3000:]}"
             assert snapshot(run.dir) == before, where
@@ -184,7 +196,7 @@ def test_no_sequence_of_starts_stops_kills_and_damage_loses_work(seed, tmp_path)
         stop = None
         if event != "run":
             stop = (signal.SIGTERM if event == "stop" else signal.SIGKILL, rng.randint(1, STEPS))
-        code, output = start(run.dir, layout, stop=stop)
+        code, output = start(run.dir, layout, *base, stop=stop)
         run.after_start()
         resumed = [int(m) for m in RESUMED.findall(output)]
         expected = intact[-1] if intact else None
@@ -196,3 +208,7 @@ def test_no_sequence_of_starts_stops_kills_and_damage_loses_work(seed, tmp_path)
         elif event == "stop":  # checkpointed on the way out: nothing lost
             assert run.intact()[-1] == trained[-1], f"{where}\n{output[-3000:]}"
         run.check(output)
+    if base and run.intact():  # the sequence did train the mixture, at the ramp's batches
+        assert [e.name for e in run_config(run.dir).data.sources] == ["c4", "reference"]
+        batches = {m["step"]: m["global_batch"] for m in metrics(run.dir) if "loss" in m}
+        assert all(batch == (4 if step <= 5 else 8) for step, batch in batches.items())
