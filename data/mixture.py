@@ -78,8 +78,6 @@ class MixtureStream(ResumableStream):
         counts = [0] * len(self.streams)
         states: list[dict | None] = [None] * len(self.streams)
         if (state := self._resume(identity, stream)) is not None:
-            if state["stream"] != stream:
-                raise ValueError(f"data state of stream {state['stream']} given to stream {stream}")
             counts, states = list(state["counts"]), list(state["children"])
         for source_stream, source_state in zip(self.streams, states, strict=True):
             source_stream.load_state_dict({"pending": source_state})

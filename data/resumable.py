@@ -47,10 +47,10 @@ def check_same_identity(saved: dict, current: dict) -> None:
 class ResumableStream(IterableDataset):
     """Base of the training streams: ``state_dict`` / ``load_state_dict`` and their timing.
 
-    In ``__iter__`` a stream calls ``_resume(identity, stream)`` first (the checked saved state,
-    or None for a fresh start) and then ``_publish(snapshot)`` with a function returning its
-    current state, which must include ``"identity"`` and may include ``"stats"`` (its counters,
-    read by ``data.counters``).
+    In ``__iter__`` a stream calls ``_resume(identity, stream)`` first (the saved state, checked
+    against the identity and the stream it was saved by, or None for a fresh start) and then
+    ``_publish(snapshot)`` with a function returning its current state, which must include
+    ``"identity"`` and may include ``"stats"`` (its counters, read by ``data.counters``).
     """
 
     def __init__(self, rank: int = 0, world_size: int = 1) -> None:
@@ -68,6 +68,8 @@ class ResumableStream(IterableDataset):
         if pending is None:
             return None
         check_same_identity(pending["identity"], identity)
+        if pending.get("stream", stream) != stream:
+            raise ValueError(f"data state of stream {pending['stream']} given to stream {stream}")
         return pending
 
     def _publish(self, snapshot: Callable[[], dict]) -> None:

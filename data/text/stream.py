@@ -87,8 +87,6 @@ class TextStream(ResumableStream):
         cursor = {"epoch": 0, "position": 0, "row": 0}
         carry = NO_ITEMS
         if (state := self._resume(identity, stream)) is not None:
-            if state["stream"] != stream:
-                raise ValueError(f"data state of stream {state['stream']} given to stream {stream}")
             packer.load_state_dict(state["packer"])
             stats.update(state["stats"])
             cursor = {key: state[key] for key in ("epoch", "position", "row")}
