@@ -27,7 +27,7 @@ import importlib.util
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property, partial
 from pathlib import Path
 from typing import Protocol
 
@@ -148,7 +148,10 @@ def render(
 @dataclass
 class TiktokenTokenizer:
     """A tiktoken BPE whose regular ids are shifted by ``offset`` (Tekken's reserved block);
-    ``specials`` names every id below ``vocab_size`` that is not a BPE rank."""
+    ``specials`` names every id below ``vocab_size`` that is not a BPE rank, built by
+    ``name_specials`` when first decoded: Tekken's names come from mistral-common, whose
+    import (1.7 s) every training process and rank would otherwise pay for names that only
+    decoding special ids reads."""
 
     name: str
     encoding: object
@@ -156,7 +159,11 @@ class TiktokenTokenizer:
     vocab_size: int
     bos_id: int | None
     eos_id: int
-    specials: dict[int, str]
+    name_specials: Callable[[], dict[int, str]]
+
+    @cached_property
+    def specials(self) -> dict[int, str]:
+        return self.name_specials()
 
     def encode(self, text: str) -> list[int]:
         ids = self.encoding.encode_ordinary(text)
@@ -193,7 +200,6 @@ class TiktokenTokenizer:
 @cache
 def _tekken() -> TiktokenTokenizer:
     import tiktoken
-    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
     data = json.loads(package_file(*TEKKEN_FILE).read_text())
     config = data["config"]
@@ -206,13 +212,21 @@ def _tekken() -> TiktokenTokenizer:
     encoding = tiktoken.Encoding(
         name="tekken_240718", pat_str=config["pattern"], mergeable_ranks=ranks, special_tokens={}
     )
-    # the file names no special tokens: mistral-common names them (<unk>, <s>, </s>, [INST],
-    # ..., then <SPECIAL_20> to <SPECIAL_999>)
+    return TiktokenTokenizer(
+        "mistral_nemo", encoding, n_special, vocab_size, 1, 2, partial(_tekken_specials, n_special)
+    )
+
+
+def _tekken_specials(n_special: int) -> dict[int, str]:
+    """The file names no special tokens: mistral-common names them (<unk>, <s>, </s>, [INST],
+    ..., then <SPECIAL_20> to <SPECIAL_999>)."""
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
     specials = {i: Tekkenizer.SPECIAL_TOKEN_TEMPLATE.format(id=i) for i in range(n_special)}
     for info in Tekkenizer.DEPRECATED_SPECIAL_TOKENS:
         token = info["token_str"]
         specials[info["rank"]] = getattr(token, "value", token)
-    return TiktokenTokenizer("mistral_nemo", encoding, n_special, vocab_size, 1, 2, specials)
+    return specials
 
 
 @cache
@@ -229,7 +243,7 @@ def _llama3() -> TiktokenTokenizer:
     reserved = range(2, 2 + LLAMA3_SPECIAL - len(LLAMA3_NAMED))
     names = [*LLAMA3_NAMED, *(f"<|reserved_special_token_{k}|>" for k in reserved)]
     specials = {n + k: name for k, name in enumerate(names)}
-    return TiktokenTokenizer("llama3", encoding, 0, n + LLAMA3_SPECIAL, n, n + 1, specials)
+    return TiktokenTokenizer("llama3", encoding, 0, n + LLAMA3_SPECIAL, n, n + 1, lambda: specials)
 
 
 @dataclass

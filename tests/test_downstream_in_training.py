@@ -49,8 +49,29 @@ def _offline(run_dir, step, tasks=TASKS) -> dict[str, float]:
     }
 
 
-def test_the_trainer_logs_lm_evals_scores_of_the_model_it_is_training(corpus, tmp_path):
-    assert run_in_process(_overrides(corpus, tmp_path)) == 0
+def test_the_trainer_logs_lm_evals_scores_of_the_model_it_is_training(
+    corpus, tmp_path, monkeypatch
+):
+    """With compiled blocks too: the requests' many shapes run eagerly, none compiled."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    import eval.downstream
+
+    compiled_during = []
+
+    def counting(*args, **kwargs):
+        before = counters["frames"]["total"]
+        result = evaluate(*args, **kwargs)
+        compiled_during.append(counters["frames"]["total"] - before)
+        return result
+
+    evaluate = eval.downstream.during_training
+    monkeypatch.setattr(eval.downstream, "during_training", counting)
+    overrides = _overrides(corpus, tmp_path, **{"trainer.compile": "blocks"})
+    with torch.compiler.set_stance("default", force_backend="aot_eager"):  # tests/aot_eager.py
+        assert run_in_process(overrides) == 0
+    assert compiled_during == [0, 0]
     logged = _logged(tmp_path)
     assert sorted(logged) == [6, 12]
     final = {k: v for k, v in logged[12].items() if k.endswith(("/acc", "/acc_norm"))}

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from data import build_validation_loader
 from training.checkpoint.rng import preserved_rng
 from training.components import Component
@@ -108,9 +110,12 @@ class Measurements:
         """``downstream/<task>/<metric>`` and ``downstream/seconds`` (rank 0; empty elsewhere)."""
         t = self.config.trainer
         started = time.perf_counter()
-        # the training precision (a bf16 FSDP2 block's weights are gathered in bf16), and
-        # the run's RNG untouched by lm-eval's reseeding
-        with self.model.autocast(), preserved_rng():
+        # the training precision (a bf16 FSDP2 block's weights are gathered in bf16), the
+        # run's RNG untouched by lm-eval's reseeding, and compiled blocks run eagerly: the
+        # requests come in many lengths and batch sizes, each a recompilation otherwise
+        # (8.8 s of Dynamo per run of the end-to-end tier's 2-block FSDP2 preset on a CPU,
+        # and Inductor would generate kernels for every new shape)
+        with self.model.autocast(), preserved_rng(), torch.compiler.set_stance("force_eager"):
             results = self.evaluate_downstream(
                 self.model.bare,
                 self.tokenizer,
