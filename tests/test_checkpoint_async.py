@@ -31,6 +31,7 @@ def test_an_async_checkpoint_holds_the_weights_of_its_step_not_later_ones(tmp_pa
         assert torch.equal(value, at_save[name]), name
 
 
+@pytest.mark.slow
 def test_async_checkpoints_train_and_resume_like_synchronous_ones(corpus, reference, tmp_path):
     overrides = tiny_overrides(corpus, tmp_path, **{"trainer.async_checkpoint": True})
     assert run_in_process(overrides) == 0

@@ -173,6 +173,7 @@ def test_a_run_without_checkpoints_starts_fresh(tmp_path):
     assert resume(tmp_path, model, optimizer) is None
 
 
+@pytest.mark.slow
 def test_another_world_size_loads_every_ranks_data_state(tmp_path):
     """Not a mismatch any more: the model and optimizer reshard through DCP, and the data state
     is every old rank's, for ``data.restore_loader`` to re-partition (tests/test_data_*)."""

@@ -162,6 +162,8 @@ def per_source_targets(windows) -> dict[str, Counter]:
     return seen
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_2x2_then_1x1_then_2x1_reads_every_token_of_every_source_once_per_epoch(corpora):
     """Whatever the mixture took from a source before and after two layout changes, and what
     that source's streams read after (alone, to the end of an epoch), is that many epochs of

@@ -6,6 +6,7 @@ from data import TokenizerConfig, load_tokenizer
 from data_fixtures import real_documents
 
 
+@pytest.mark.slow
 def test_tekken_fast_path_equals_mistral_common_tekkenizer():
     from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
@@ -82,6 +83,7 @@ PADDED = 147456
 
 
 @pytest.mark.parametrize("name", ["llama3", "mistral_nemo", "bytes"])
+@pytest.mark.slow
 def test_every_id_of_the_padded_vocabulary_decodes(name):
     tok = load_tokenizer(TokenizerConfig(name))
     ids = range(PADDED if name != "bytes" else 384)
@@ -109,6 +111,7 @@ def test_llama3_reserved_and_padding_ids_render_by_name_or_placeholder():
     assert tok.decode(tok.encode("Gradient-designed ReLU² ✓")) == "Gradient-designed ReLU² ✓"
 
 
+@pytest.mark.slow
 def test_tekken_reserved_block_renders_as_mistral_common_names_it():
     from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
     from mistral_common.tokens.tokenizers.tekken import Tekkenizer

@@ -65,6 +65,7 @@ def real_saved_bytes(config, checkpointing: str) -> int:
     return saved_bytes(forward)
 
 
+@pytest.mark.slow
 def test_weights_grads_and_adam_take_16_bytes_per_parameter_after_the_step():
     config = tiny()
     params = parameter_tensors(config)
@@ -75,6 +76,7 @@ def test_weights_grads_and_adam_take_16_bytes_per_parameter_after_the_step():
     assert result.state_after_step == 16 * count + 4 * len(params)
 
 
+@pytest.mark.slow
 def test_ademamix_adds_its_slow_moment_4_bytes_per_parameter():
     config = tiny()
     params = parameter_tensors(config)
@@ -84,6 +86,7 @@ def test_ademamix_adds_its_slow_moment_4_bytes_per_parameter():
     assert result.state_after_step == 20 * count + 4 * len(params)
 
 
+@pytest.mark.slow
 def test_fsdp2_shards_weights_grads_and_adam_over_the_ranks():
     config = tiny()
     params = parameter_tensors(config)

@@ -80,6 +80,7 @@ def test_an_older_checkpoint_loads_and_a_missing_one_is_refused(trained):
         load_trained_model(trained, 5)
 
 
+@pytest.mark.slow
 def test_a_run_exports_to_transformers_with_its_tokenizer_ids(trained, tmp_path):
     from data import load_tokenizer
     from scripts.export_hf import main as export
@@ -130,6 +131,7 @@ def test_the_device_flag_reaches_the_model(trained, monkeypatch):
     assert devices[-1].type == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
+@pytest.mark.slow
 def test_the_export_check_reads_the_runs_text_and_tells_rounding_from_arithmetic(trained, tmp_path):
     """transformers' Arcee keeps xIELU's scalars in bf16: on the run's own text that rounding,
     not the arithmetic, is what the logits differ by (issue 36: 2.0e-3 on real text against

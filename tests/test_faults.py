@@ -28,6 +28,8 @@ from training.instruments import measurements
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_a_full_disk_during_a_save_is_a_clear_error_and_the_previous_checkpoint_survives(
     corpus, reference, tmp_path, monkeypatch, caplog, asynchronous
 ):
@@ -58,6 +60,8 @@ def sigterm_to_self(*_, **__) -> None:
 
 
 @pytest.mark.parametrize("during", ["validation", "save"])
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_sigterm_during_validation_or_a_save_ends_with_a_valid_checkpoint(
     corpus, reference, tmp_path, monkeypatch, during
 ):
@@ -90,6 +94,8 @@ def test_sigterm_during_validation_or_a_save_ends_with_a_valid_checkpoint(
     assert_same_losses(tmp_path, reference[1])
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_a_non_finite_activation_scalar_gradient_skips_the_step(corpus, tmp_path, monkeypatch):
     build_model = loop.build_model
     backward_calls = []

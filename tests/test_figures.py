@@ -44,6 +44,7 @@ def lines_by_label(axes) -> dict:
     return {line.get_label(): line for line in axes.get_lines()}
 
 
+@pytest.mark.slow
 def test_plot_curves_draws_the_runs_training_and_validation_loss(reference, tmp_path, figures):
     from scripts.plot_curves import main
 

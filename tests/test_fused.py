@@ -74,6 +74,8 @@ def test_gradcheck_in_float64(kind):
 
 
 @pytest.mark.parametrize("op", [ops._xielu_op, ops._xiprelu_op], ids=["xielu", "xiprelu"])
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_custom_op_registration_passes_opcheck(op):
     """Schema, fake (meta) kernel, and autograd registration, as torch.compile relies on them."""
     x = torch.randn(3, 17, dtype=torch.float32, requires_grad=True)

@@ -246,6 +246,8 @@ def run_dir(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_eval_generate_samples_from_a_run(run_dir, tmp_path, capsys):
     prompts_file = tmp_path / "prompts.txt"
     prompts_file.write_text("The\n\nA second one\nthird\n")

@@ -128,6 +128,8 @@ def test_evaluation_under_no_grad_gives_the_same_loss_without_gradient_work():
     assert without.grad_fn is None and torch.equal(without, with_grad.detach())
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_compiled_chunk_math_equals_the_full_logits_reference(fresh_dynamo):
     from torch._dynamo.utils import counters
 

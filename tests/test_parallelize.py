@@ -131,6 +131,7 @@ def test_evaluation_plan_keeps_only_the_precision():
     assert plan.for_evaluation() == ParallelPlan(precision="bf16")
 
 
+@pytest.mark.slow
 def test_compiling_the_blocks_also_compiles_the_loss_and_changes_no_result(fresh_dynamo):
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 

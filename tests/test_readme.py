@@ -360,7 +360,16 @@ def expand_optional(command: str) -> str:
     return re.sub(r"\[(--[^\]]*)\]", r"\1", command)
 
 
-@pytest.mark.parametrize(("where", "command"), COMMANDS, ids=[w for w, _ in COMMANDS])
+# a sweep's command composes every point of the sweep: a second or more for the larger ones
+@pytest.mark.parametrize(
+    ("where", "command"),
+    [
+        pytest.param(
+            where, command, id=where, marks=[pytest.mark.slow] * ("scripts.sweep" in command)
+        )
+        for where, command in COMMANDS
+    ],
+)
 def test_every_command_in_the_docs_parses(where, command, pytestconfig):
     markers = [line.split(":")[0] for line in pytestconfig.getini("markers")]
     for tokens in split_shell(expand_optional(command)):

@@ -153,6 +153,8 @@ def test_skipping_spikes_never_freezes_a_run_after_a_lasting_shift_of_the_level(
     assert health.bad_in_a_row == 0  # skipped spikes are not non-finite steps
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_a_resumed_spike_monitor_gives_the_verdicts_of_the_uninterrupted_one():
     """Issue 29 defect 4: the window is part of the state, so a run stopped and resumed at
     any step skips exactly the steps the uninterrupted run skips (count, streak and window)."""

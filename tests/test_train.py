@@ -134,6 +134,8 @@ def test_a_crashed_saves_tmp_directory_is_removed_when_the_run_starts_again(corp
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path, caplog):
     one = tmp_path / "one"
     overrides = tiny_overrides(corpus, one, **{"trainer.steps": 6})
@@ -184,6 +186,8 @@ def test_wandb_offline_run_receives_the_scalars_and_alpha_table(corpus, tmp_path
     assert {"loss", "val/loss", "alpha_p/layer_00", "alpha_n/layer_01"} <= jsonl_keys
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_batch_in_tokens_and_activation_checkpointing_train_the_same(corpus, reference, tmp_path):
     _, expected = reference
     overrides = tiny_overrides(
@@ -262,6 +266,8 @@ def test_shards_read_with_another_tokenizer_are_refused_before_training(corpus, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_bad_records_are_counted_once_in_the_metrics(tmp_path):
     """Three broken lines right after the held-out documents: 3 in the logged counters."""
     from data_fixtures import real_documents

@@ -51,6 +51,8 @@ def test_the_trainer_takes_step_n_at_the_wsd_rate_of_step_n(corpus, reference):
     assert expected[1] == peak / 2 and expected[12] < peak  # the warmup and the cooldown show
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_the_trainer_follows_the_cosine_schedule_when_asked(corpus, tmp_path):
     overrides = tiny_overrides(
         corpus,

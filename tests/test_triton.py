@@ -131,6 +131,7 @@ CONFIGS = [
 
 @pytest.mark.parametrize("kind", ["xielu", "xiprelu"])
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
+@pytest.mark.slow
 def test_every_launch_shape_computes_the_same_function(kind, config):
     x = _tensor((5, 3001), torch.float32, seed=21)  # 15005: no shape divides it
     grad = _tensor((5, 3001), torch.float32, seed=22)

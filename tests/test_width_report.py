@@ -44,6 +44,7 @@ def _run(root, activation, parametrization, dim, lr, seed, final, diverged=False
     return run
 
 
+@pytest.mark.slow
 def test_rates_best_per_width_and_their_shift_from_the_base(tmp_path):
     runs = []
     # standard: the best rate halves at each doubling of width; µP: it stays at 4e-3
@@ -115,6 +116,7 @@ def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path
     assert (out / "learning_rates.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_a_fixed_rate_stage_is_reported_at_the_rates_given(tmp_path):
     """No seed-0 sweep (the Apertus ingredients): the ladder at the rates named, paired by seed."""
     runs = [
