@@ -7,6 +7,7 @@
 """
 
 import os
+import signal
 import sys
 
 import pytest
@@ -44,6 +45,20 @@ def pytest_configure(config):
             f"pytest {pytest.__version__} splits pytest-xdist's loadgroup groups: install the "
             "pinned test tools (pip install -c constraints/cpu.txt -e '.[dev]')"
         )
+
+
+@pytest.fixture(autouse=True)
+def signal_actions_restored():
+    """The stop signals' actions as they were before each test. A run in this process that
+    stopped for a signal leaves SIGTERM ignored, on purpose (``Preemption.uninstall``), and an
+    ignored signal stays ignored in every process started afterwards: a later test's
+    subprocess could not be killed by SIGTERM."""
+    from training.runtime.preemption import REQUEUE_SIGNALS, STOP_SIGNALS
+
+    before = {sig: signal.getsignal(sig) for sig in (*REQUEUE_SIGNALS, *STOP_SIGNALS)}
+    yield
+    for sig, action in before.items():
+        signal.signal(sig, action)
 
 
 @pytest.fixture
