@@ -243,7 +243,9 @@ def _llama3() -> TiktokenTokenizer:
     reserved = range(2, 2 + LLAMA3_SPECIAL - len(LLAMA3_NAMED))
     names = [*LLAMA3_NAMED, *(f"<|reserved_special_token_{k}|>" for k in reserved)]
     specials = {n + k: name for k, name in enumerate(names)}
-    return TiktokenTokenizer("llama3", encoding, 0, n + LLAMA3_SPECIAL, n, n + 1, lambda: specials)
+    return TiktokenTokenizer(
+        "llama3", encoding, 0, n + LLAMA3_SPECIAL, n, n + 1, partial(dict, specials)
+    )
 
 
 @dataclass

@@ -94,6 +94,17 @@ def test_every_id_of_the_padded_vocabulary_decodes(name):
         assert isinstance(tok.decode([i], skip_special=True), str)
 
 
+@pytest.mark.parametrize("name", ["llama3", pytest.param("mistral_nemo", marks=pytest.mark.slow)])
+def test_a_tokenizer_pickles_with_its_special_names(name):
+    """DataLoader workers under ``spawn`` (macOS, Windows) get the dataset pickled, tokenizer
+    included; the special tokens' names are built lazily and must survive that."""
+    import pickle
+
+    tok = load_tokenizer(TokenizerConfig(name))
+    ids = [tok.bos_id, tok.eos_id, tok.vocab_size - 1, 1000]
+    assert pickle.loads(pickle.dumps(tok)).decode(ids) == tok.decode(ids)
+
+
 def test_llama3_reserved_and_padding_ids_render_by_name_or_placeholder():
     from llama_models.llama3.tokenizer import Tokenizer as Llama3
 
