@@ -59,6 +59,7 @@ def test_the_trainer_logs_lm_evals_scores_of_the_model_it_is_training(
     import eval.downstream
 
     compiled_during = []
+    evaluate = eval.downstream.during_training
 
     def counting(*args, **kwargs):
         before = counters["frames"]["total"]
@@ -66,7 +67,6 @@ def test_the_trainer_logs_lm_evals_scores_of_the_model_it_is_training(
         compiled_during.append(counters["frames"]["total"] - before)
         return result
 
-    evaluate = eval.downstream.during_training
     monkeypatch.setattr(eval.downstream, "during_training", counting)
     overrides = _overrides(corpus, tmp_path, **{"trainer.compile": "blocks"})
     with torch.compiler.set_stance("default", force_backend="aot_eager"):  # tests/aot_eager.py
