@@ -46,8 +46,9 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         needs_h, needs_w = ctx.needs_input_grad[0] and grad, ctx.needs_input_grad[1] and grad
         acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 for bf16, fp64 stays
         compute = matmul_dtype(hidden)
-        chunk_math = _compiled_chunk_math() if compiled else chunk_loss_and_grad
         w = weight.to(compute)  # one cast for all chunks (autocast would cast per matmul)
+        compiled = compiled and not bf16_gemm_taken_in_fp32(w)
+        chunk_math = _compiled_chunk_math() if compiled else chunk_loss_and_grad
         grad_hidden = torch.empty_like(hidden) if needs_h else None
         grad_weight = torch.zeros_like(weight, dtype=acc) if needs_w else None
         row_scale = valid.to(acc) / count if needs_h or needs_w else None
@@ -123,6 +124,16 @@ def chunk_loss_and_grad(
 BF16_GEMMS_IN_FP32_ON_CPU = True
 
 
+def bf16_gemm_taken_in_fp32(a: Tensor) -> bool:
+    """Whether ``gemm`` takes a product with ``a`` in fp32 (a bf16 operand on a CPU).
+
+    The chunk's math then runs eagerly even where the trainer compiles it: compiled code
+    cannot take that path, and the bf16 GEMM it would run instead costs more than the whole
+    eager chunk (about 10 s of a 2-rank, 8-step run of the tests' shrunk ``paper_1b``).
+    """
+    return a.device.type == "cpu" and BF16_GEMMS_IN_FP32_ON_CPU and a.dtype == torch.bfloat16
+
+
 def gemm(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b``; on a CPU, a bf16 product is taken in fp32 and rounded back to bf16.
 
@@ -133,8 +144,7 @@ def gemm(a: Tensor, b: Tensor) -> Tensor:
     against 0.05 s on the 2-core test machine, most of a bf16 test run's time. Not inside
     ``torch.compile``: Inductor fuses the rounding to bf16 away from the fp32 product.
     """
-    on_cpu = a.device.type == "cpu" and BF16_GEMMS_IN_FP32_ON_CPU
-    if on_cpu and a.dtype == torch.bfloat16 and not torch.compiler.is_compiling():
+    if bf16_gemm_taken_in_fp32(a) and not torch.compiler.is_compiling():
         with torch.autocast("cpu", enabled=False):  # else autocast makes it bf16 again
             return (a.float() @ b.float()).to(torch.bfloat16)
     return a @ b

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from model import Llama, ModelConfig
+from model import loss as model_loss
 from model.loss import chunk_loss_and_grad, gemm, linear_cross_entropy, token_scores
 
 
@@ -153,13 +154,19 @@ def test_compiled_chunk_math_equals_the_full_logits_reference(fresh_dynamo):
         )
 
 
-def test_compiled_chunk_math_under_bf16_autocast_matches_the_eager_one(fresh_dynamo):
+def test_compiled_chunk_math_under_bf16_autocast_matches_the_eager_one(fresh_dynamo, monkeypatch):
+    from torch._dynamo.utils import counters
+
+    # the GPU's path: bf16 GEMMs in bf16, so the chunk's math is compiled
+    monkeypatch.setattr(model_loss, "BF16_GEMMS_IN_FP32_ON_CPU", False)
     hidden, weight, targets = (t.float() if t.is_floating_point() else t for t in problem())
     results = []
     for compiled in (False, True):
+        frames = counters["frames"]["ok"]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out = linear_cross_entropy(hidden, weight, targets, chunk_size=64, compiled=compiled)
         results.append((out, *torch.autograd.grad(out, (hidden, weight))))
+        assert (counters["frames"]["ok"] > frames) == compiled
     (eager, *eager_grads), (fused, *fused_grads) = results
     assert fused.dtype == eager.dtype == torch.float32
     torch.testing.assert_close(fused, eager, rtol=1e-6, atol=1e-6)  # fp32 sums, other order
@@ -168,6 +175,28 @@ def test_compiled_chunk_math_under_bf16_autocast_matches_the_eager_one(fresh_dyn
         # d loss/d logits is rounded to bf16 either way; an exp a few ulp apart may round to
         # the neighbouring bf16 value
         torch.testing.assert_close(got, want, rtol=2e-2, atol=1e-2 * want.abs().max().item())
+
+
+def test_on_a_cpu_a_bf16_heads_chunk_runs_eagerly_where_compiling_is_asked(fresh_dynamo):
+    """Compiled code cannot take ``gemm``'s fp32 path for a bf16 product on a CPU, and the
+    bf16 GEMM it would run is slower than the whole eager chunk: the same numbers as the
+    eager call, bit for bit, and nothing compiled."""
+    from torch._dynamo.utils import counters
+
+    hidden, weight, targets = (t.float() if t.is_floating_point() else t for t in problem())
+    results = []
+    for compiled in (False, True):
+        frames = counters["frames"]["ok"]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = linear_cross_entropy(hidden, weight, targets, chunk_size=64, compiled=compiled)
+        results.append((out, *torch.autograd.grad(out, (hidden, weight))))
+        assert counters["frames"]["ok"] == frames
+    for eager, asked_compiled in zip(*results, strict=True):
+        assert torch.equal(eager, asked_compiled)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):  # fp32: compiled as asked
+        frames = counters["frames"]["ok"]
+        linear_cross_entropy(hidden, weight, targets, chunk_size=64, compiled=True)
+        assert counters["frames"]["ok"] > frames
 
 
 def test_the_target_entry_of_the_gradient_is_rounded_once_from_fp32():
