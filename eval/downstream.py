@@ -79,7 +79,6 @@ def evaluate(
 ) -> dict:
     """lm-eval's results for ``tasks`` on the run's checkpoint (the newest unless ``step``),
     run on ``device`` ``batch_size`` requests at a time."""
-    from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     from data import load_tokenizer
@@ -90,10 +89,24 @@ def evaluate(
     tokenizer = load_tokenizer(config.data.tokenizer)
     lm = ProjectLM(model, tokenizer, batch_size, device, add_bos=config.data.tokenizer.add_bos)
     manager = TaskManager(include_path=include_path) if include_path else TaskManager()
-    output = simple_evaluate(
-        model=lm, tasks=tasks, task_manager=manager, limit=limit, log_samples=False
-    )
-    return output["results"]
+    return lm_eval_results(lm, tasks, manager, limit)["results"]
+
+
+def lm_eval_results(lm, tasks: list[str], manager, limit: int | None) -> dict | None:
+    """lm-eval's ``simple_evaluate`` output on rank 0 (None on the others), without the report
+    of the environment it adds on rank 0: torch's ``collect_env`` and ``pip list``, about 3.7 s
+    of CPU at every call, while in training the other ranks wait at their next collective.
+    Only the scores are kept, here and in training."""
+    from lm_eval import evaluator
+
+    report = evaluator.add_env_info
+    evaluator.add_env_info = lambda results: None
+    try:
+        return evaluator.simple_evaluate(
+            model=lm, tasks=tasks, task_manager=manager, limit=limit, log_samples=False
+        )
+    finally:
+        evaluator.add_env_info = report
 
 
 def during_training(
@@ -113,7 +126,6 @@ def during_training(
     ranks get None. With ``data_dir`` (upstream benchmark files) the local copies of the tasks
     are built once into ``task_dir`` and used offline. ``model`` is the bare model (under
     FSDP2 its forwards gather the shards); the caller puts it back in training mode."""
-    from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     from eval.harness import ProjectLM
@@ -133,9 +145,7 @@ def during_training(
         manager = TaskManager(include_path=include_path, include_defaults=False)
     else:
         manager = TaskManager()
-    output = simple_evaluate(
-        model=lm, tasks=tasks, task_manager=manager, limit=limit, log_samples=False
-    )
+    output = lm_eval_results(lm, tasks, manager, limit)
     if output is None:
         return None
     flat = {}

@@ -52,11 +52,16 @@ def _offline(run_dir, step, tasks=TASKS) -> dict[str, float]:
 def test_the_trainer_logs_lm_evals_scores_of_the_model_it_is_training(
     corpus, tmp_path, monkeypatch
 ):
-    """With compiled blocks too: the requests' many shapes run eagerly, none compiled."""
+    """With compiled blocks too: the requests' many shapes run eagerly, none compiled. And
+    lm-eval's report of the environment (``pip list``, torch's ``collect_env``) is not made."""
     import torch
+    from lm_eval import evaluator
     from torch._dynamo.utils import counters
 
     import eval.downstream
+
+    reports = []
+    monkeypatch.setattr(evaluator, "add_env_info", reports.append)
 
     compiled_during = []
     evaluate = eval.downstream.during_training
@@ -72,6 +77,7 @@ def test_the_trainer_logs_lm_evals_scores_of_the_model_it_is_training(
     with torch.compiler.set_stance("default", force_backend="aot_eager"):  # tests/aot_eager.py
         assert run_in_process(overrides) == 0
     assert compiled_during == [0, 0]
+    assert reports == [] and evaluator.add_env_info == reports.append  # put back after each
     logged = _logged(tmp_path)
     assert sorted(logged) == [6, 12]
     final = {k: v for k, v in logged[12].items() if k.endswith(("/acc", "/acc_norm"))}
