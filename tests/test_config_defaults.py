@@ -115,3 +115,18 @@ def test_every_registered_activation_is_a_command_line_choice_without_a_yaml_fil
     for name in available_activations():
         config, _ = compose([f"activation={name}"])
         assert config.model.activation == name
+
+
+def test_an_activation_registered_after_the_configs_is_a_choice_at_the_next_compose():
+    """register_configs stores each entry once per process, and what was registered since."""
+    import torch
+
+    from xielu.registry import _REGISTRY, register
+
+    compose([])
+    register("late_relu", lambda **kwargs: torch.nn.ReLU(), "registered after a compose")
+    try:
+        config, _ = compose(["activation=late_relu"])
+        assert config.model.activation == "late_relu"
+    finally:
+        _REGISTRY.pop("late_relu")
