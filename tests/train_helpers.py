@@ -67,7 +67,11 @@ def run_in_process(overrides: list[str], components=()) -> int:
     return train(*compose(overrides), downstream=during_training, components=components)
 
 
-def launch(overrides: list[str], torchrun: int = 0, **kwargs) -> subprocess.Popen:
+def launch(
+    overrides: list[str], torchrun: int = 0, as_shipped: bool = False, **kwargs
+) -> subprocess.Popen:
+    """``train.py`` as a subprocess, with the tests' plugins; ``as_shipped``: none of the tests'
+    settings of the kernels (``tests/aot_eager.py``, ``XIELU_BACKEND=eager``), as a user runs it."""
     if torchrun:
         cmd = [
             sys.executable,
@@ -81,9 +85,12 @@ def launch(overrides: list[str], torchrun: int = 0, **kwargs) -> subprocess.Pope
     else:
         cmd = [sys.executable, "train.py", *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **kwargs.pop("env", {})}
-    # tests/aot_eager.py first: compiled runs skip Inductor's C++ build (that file says why)
-    plugins = [str(AOT_EAGER), *filter(None, env.get("XIELU_PLUGINS", "").split(","))]
-    env["XIELU_PLUGINS"] = ",".join(plugins)
+    if as_shipped:
+        env.pop("XIELU_BACKEND", None)
+    else:
+        # tests/aot_eager.py first: compiled runs skip Inductor's C++ build (that file says why)
+        plugins = [str(AOT_EAGER), *filter(None, env.get("XIELU_PLUGINS", "").split(","))]
+        env["XIELU_PLUGINS"] = ",".join(plugins)
     return subprocess.Popen(
         cmd,
         cwd=ROOT,
