@@ -304,3 +304,42 @@ def test_streamed_source_resumes_exactly_after_two_resumes(parquet_dir):
     local_held = [b["targets"] for b in build_validation_loader(local(parquet_dir), None)]
     assert torch.equal(torch.cat(held), torch.cat(local_held))
     assert (torch.cat(held) != IGNORE_INDEX).sum() > 100
+
+
+def test_the_builtin_corpus_finds_definitions_in_ast_walks_order():
+    """Its walk skips expressions: the same definitions as ``ast.walk``, in its order (the
+    corpus's documents), nested in classes, functions, branches, handlers and match cases."""
+    import ast
+    import sysconfig
+    from pathlib import Path
+
+    from data.sources.builtin import _statements
+
+    source = """
+def a(): pass
+class B:
+    def c(self):
+        def d(): pass
+if x:
+    def e(): pass
+try:
+    pass
+except E:
+    def f(): pass
+else:
+    class G: pass
+match y:
+    case 1:
+        def h(): pass
+async def i():
+    with z:
+        def j(): pass
+"""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    trees = [ast.parse(source), *(ast.parse(p.read_text()) for p in stdlib.glob("a*.py"))]
+    definitions = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    for tree in trees:
+        walked = [n for n in ast.walk(tree) if isinstance(n, definitions)]
+        assert [n for n in _statements(tree) if isinstance(n, definitions)] == walked
+    names = [n.name for n in _statements(trees[0]) if isinstance(n, definitions)]
+    assert names == list("aBiceGdfhj")  # breadth first: by depth, then in source order
