@@ -242,7 +242,7 @@ def test_generation_with_the_cache_equals_recomputing_the_prefix_each_token(lm):
 
 
 def test_downstream_runs_the_model_on_the_device_and_batch_size_it_is_given(lm, monkeypatch):
-    import lm_eval
+    import lm_eval.evaluator
     import lm_eval.tasks
 
     import training.checkpoint
@@ -261,7 +261,7 @@ def test_downstream_runs_the_model_on_the_device_and_batch_size_it_is_given(lm, 
         return {"results": {"piqa": {"acc,none": 0.5}}}
 
     monkeypatch.setattr(training.checkpoint, "load_trained_model", load_trained_model)
-    monkeypatch.setattr(lm_eval, "simple_evaluate", simple_evaluate)
+    monkeypatch.setattr(lm_eval.evaluator, "simple_evaluate", simple_evaluate)
     monkeypatch.setattr(lm_eval.tasks, "TaskManager", lambda **kwargs: None)
     out = downstream(["RUN", "--tasks", "piqa", "--device", "cpu", "--batch-size", "4"])
     assert seen == {
