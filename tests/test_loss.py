@@ -154,19 +154,27 @@ def test_compiled_chunk_math_equals_the_full_logits_reference(fresh_dynamo):
         )
 
 
-def test_compiled_chunk_math_under_bf16_autocast_matches_the_eager_one(fresh_dynamo, monkeypatch):
+def bf16_autocast_eager_then_compiled(hidden, weight, targets):
+    """The loss and its gradients under bf16 autocast, asked for eagerly and then compiled,
+    each with whether anything was compiled during its call."""
     from torch._dynamo.utils import counters
 
-    # the GPU's path: bf16 GEMMs in bf16, so the chunk's math is compiled
-    monkeypatch.setattr(model_loss, "BF16_GEMMS_IN_FP32_ON_CPU", False)
-    hidden, weight, targets = (t.float() if t.is_floating_point() else t for t in problem())
-    results = []
+    results, compiled_any = [], []
     for compiled in (False, True):
         frames = counters["frames"]["ok"]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out = linear_cross_entropy(hidden, weight, targets, chunk_size=64, compiled=compiled)
         results.append((out, *torch.autograd.grad(out, (hidden, weight))))
-        assert (counters["frames"]["ok"] > frames) == compiled
+        compiled_any.append(counters["frames"]["ok"] > frames)
+    return results, compiled_any
+
+
+def test_compiled_chunk_math_under_bf16_autocast_matches_the_eager_one(fresh_dynamo, monkeypatch):
+    # the GPU's path: bf16 GEMMs in bf16, so the chunk's math is compiled
+    monkeypatch.setattr(model_loss, "BF16_GEMMS_IN_FP32_ON_CPU", False)
+    hidden, weight, targets = (t.float() if t.is_floating_point() else t for t in problem())
+    results, compiled_any = bf16_autocast_eager_then_compiled(hidden, weight, targets)
+    assert compiled_any == [False, True]
     (eager, *eager_grads), (fused, *fused_grads) = results
     assert fused.dtype == eager.dtype == torch.float32
     torch.testing.assert_close(fused, eager, rtol=1e-6, atol=1e-6)  # fp32 sums, other order
@@ -184,13 +192,8 @@ def test_on_a_cpu_a_bf16_heads_chunk_runs_eagerly_where_compiling_is_asked(fresh
     from torch._dynamo.utils import counters
 
     hidden, weight, targets = (t.float() if t.is_floating_point() else t for t in problem())
-    results = []
-    for compiled in (False, True):
-        frames = counters["frames"]["ok"]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = linear_cross_entropy(hidden, weight, targets, chunk_size=64, compiled=compiled)
-        results.append((out, *torch.autograd.grad(out, (hidden, weight))))
-        assert counters["frames"]["ok"] == frames
+    results, compiled_any = bf16_autocast_eager_then_compiled(hidden, weight, targets)
+    assert compiled_any == [False, False]
     for eager, asked_compiled in zip(*results, strict=True):
         assert torch.equal(eager, asked_compiled)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):  # fp32: compiled as asked
