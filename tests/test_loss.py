@@ -67,6 +67,21 @@ def test_all_targets_ignored_gives_zero_loss_and_zero_gradients():
     assert out.item() == 0 and hidden.grad.abs().max() == 0 and weight.grad.abs().max() == 0
 
 
+@pytest.mark.parametrize("chunk", [1, 4096])
+def test_one_counted_target_is_a_mean_over_one_token(chunk):
+    """The mean divides by the number of counted targets, whatever it is: one is one."""
+    hidden, weight, targets = problem()
+    targets = torch.full_like(targets, -100)
+    targets[1, 20] = 5
+    ref = F.cross_entropy((hidden @ weight.t()).flatten(0, 1), targets.flatten())
+    ref_grads = torch.autograd.grad(ref, (hidden, weight))
+    out = linear_cross_entropy(hidden, weight, targets, chunk_size=chunk)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    grads = torch.autograd.grad(out, (hidden, weight))
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_model_loss_equals_cross_entropy_of_its_logits_with_tied_head():
     torch.manual_seed(0)
     config = ModelConfig(
@@ -169,6 +184,7 @@ def bf16_autocast_eager_then_compiled(hidden, weight, targets):
     return results, compiled_any
 
 
+@pytest.mark.slow  # 8 s: Dynamo compiles the chunk for bf16
 def test_compiled_chunk_math_under_bf16_autocast_matches_the_eager_one(fresh_dynamo, monkeypatch):
     # the GPU's path: bf16 GEMMs in bf16, so the chunk's math is compiled
     monkeypatch.setattr(model_loss, "BF16_GEMMS_IN_FP32_ON_CPU", False)
