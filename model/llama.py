@@ -43,7 +43,11 @@ class Llama(nn.Module):
         # z-loss coefficient in training (``optim.z_loss``, set by the trainer); evaluation
         # (``eval()``) computes the plain cross-entropy
         self.z_loss = 0.0
-        self.reset_parameters()
+        # meta tensors hold no values to initialise, and torch draws random numbers on them
+        # through slow Python decompositions (0.4 s for paper_3b): whoever materialises a meta
+        # model (``to_empty``) calls reset_parameters
+        if not self.embed_tokens.weight.is_meta:
+            self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:

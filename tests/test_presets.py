@@ -56,3 +56,28 @@ def test_unknown_preset_or_key_is_named():
         load_preset("paper_7b")
     with pytest.raises(ValueError, match="hidden_size"):
         load_preset("tiny", hidden_size=3)
+
+
+def test_a_meta_model_is_initialised_by_whoever_materialises_it(monkeypatch):
+    """On meta nothing is drawn (torch's random fill there is slow Python, and the values do
+    not exist); ``to_empty`` and ``reset_parameters`` then give a CPU build's distributions."""
+    config = load_preset("tiny").with_vocab_from_tokenizer(512)
+    calls = []
+    reset = Llama.reset_parameters
+    monkeypatch.setattr(Llama, "reset_parameters", lambda self: calls.append(self) or reset(self))
+    with torch.device("meta"):
+        meta = Llama(config)
+    assert calls == []
+    torch.manual_seed(0)
+    built = Llama(config)
+    assert calls == [built]
+    meta.to_empty(device="cpu")
+    meta.reset_parameters()
+    want_params = dict(built.named_parameters(remove_duplicate=False))
+    for name, got in meta.named_parameters(remove_duplicate=False):
+        want = want_params.pop(name)
+        if name.endswith("norm.weight"):
+            assert torch.equal(got, torch.ones_like(got)), name
+        elif got.dim() == 2:
+            assert got.std().item() == pytest.approx(want.std().item(), rel=0.1), name
+    assert want_params == {}
