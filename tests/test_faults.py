@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from faults import faults_env
+from faults import fault_components, faults_env
 from train_helpers import (
     assert_same_losses,
     losses,
@@ -92,6 +92,25 @@ def test_sigterm_during_validation_or_a_save_ends_with_a_valid_checkpoint(
     assert checkpoint.step_of(newest) == stopped_at
     assert run_in_process(overrides) == 0
     assert_same_losses(tmp_path, reference[1])
+
+
+@pytest.mark.slow
+@pytest.mark.mutation
+def test_a_stop_at_a_measurement_step_measures_that_step_first_on_resume(corpus, tmp_path):
+    """Stopped once step 6's update is done, before its measurements: they are pending in the
+    checkpoint, and the resumed run takes them on those weights before step 7; step 0's are
+    not taken again."""
+    overrides = tiny_overrides(corpus, tmp_path, **{"logging.diagnostics_every": 6})
+    assert run_in_process(overrides, fault_components(signal="SIGTERM@6")) == 75
+
+    def steps(key):
+        return [m["step"] for m in metrics(tmp_path) if key in m]
+
+    assert steps("val/loss") == [] and steps("diag/pre_rms/layer_00") == [0]
+    assert run_in_process(overrides) == 0
+    assert steps("val/loss") == [6, 8, 12]  # 8: the end of the stable phase
+    assert steps("diag/pre_rms/layer_00") == [0, 6, 12]
+    assert steps("loss") == list(range(1, 13))
 
 
 @pytest.mark.slow

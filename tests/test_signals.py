@@ -11,7 +11,7 @@ import signal
 import pytest
 
 from faults import faults_env
-from train_helpers import launch, losses, metrics, run, tiny_overrides
+from train_helpers import launch, losses, run, tiny_overrides
 
 pytestmark = pytest.mark.slow
 
@@ -85,17 +85,6 @@ def test_sigterm_to_the_whole_step_with_workers_checkpoints_and_the_rerun_repeat
     code, output = run(overrides, env=env)
     assert code == 0, output
     assert losses(run_dir) == losses(reference_dir)
-
-
-def test_a_stop_at_an_evaluation_step_evaluates_that_step_on_resume(corpus, tmp_path, slurm):
-    env, _ = slurm
-    overrides = tiny_overrides(corpus, tmp_path)  # 12 steps, eval every 6, stable end at 8
-    code, output = run(overrides, env={**env, **faults_env(signal="SIGTERM@6")})
-    assert code == REQUEUED, output
-    assert not [m for m in metrics(tmp_path) if "val/loss" in m]  # stopped before evaluating
-    code, output = run(overrides, env=env)
-    assert code == 0, output
-    assert sorted(m["step"] for m in metrics(tmp_path) if "val/loss" in m) == [6, 8, 12]
 
 
 @pytest.mark.parametrize("checkpointed, expected", [(True, REQUEUED), (False, -signal.SIGTERM)])
