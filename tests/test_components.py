@@ -111,6 +111,19 @@ def test_every_component_judges_a_step_and_any_one_cancels_its_update():
     assert Components([yes], last=1).before_update(None, 2.0, 1.0) is True
 
 
+def test_the_runs_end_reaches_every_component_with_the_error_it_ends_on():
+    class End(Component):
+        def __init__(self, name: str) -> None:
+            self.name, self.seen = name, []
+
+        def end(self, trainer, error) -> None:
+            self.seen.append((trainer, error))
+
+    trainer, error, parts = Trainer(), RuntimeError("out of disk"), [End("a"), End("b")]
+    Components(parts, last=4).end(trainer, error)
+    assert [p.seen for p in parts] == [[(trainer, error)]] * 2
+
+
 def test_a_cadence_includes_the_last_step_and_its_extra_steps_and_never_zero_unless_asked():
     m = Measure("m", 5, at=(3,))
     assert [s for s in range(13) if m.due(s, 12)] == [3, 5, 10, 12]
@@ -148,8 +161,14 @@ def test_the_registry_saves_every_part_and_refuses_a_checkpoint_without_one():
     hooks.pending = []
     state.load_state_dict(saved)
     assert hooks.pending == ["validation"]
-    with pytest.raises(CheckpointFormatError, match="no state for work"):
+    state.register("other", components(12))
+    message = (
+        r"no state for work, other \(written by another version of this trainer\): resume it "
+        "with that version, or start a new run_dir"
+    )
+    with pytest.raises(CheckpointFormatError, match=message):
         state.load_state_dict({})
+    saved = state.state_dict()
     added = Trainer()  # a component added to a run that has checkpoints starts afresh
     added.state_dict, added.load_state_dict = (lambda: {"n": 1}), added.lines.append
     state.register("added", added, required=False)
