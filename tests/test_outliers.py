@@ -147,3 +147,23 @@ def test_a_checkpointed_step_is_counted_once_and_its_gradients_are_unchanged(sel
         grads.append([p.grad.clone() for p in model.parameters()])
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.mutation
+def test_a_run_measures_each_due_step_once_and_trains_as_without_it(corpus, reference, tmp_path):
+    """``logging.outliers_every=5`` over 12 steps: steps 5, 10 and the last, each on its own
+    forward passes (logged at that step), every layer and tensor; the losses are the
+    unmeasured run's bit for bit."""
+    from train_helpers import losses, metrics, run_in_process, tiny_overrides
+    from training.instruments.outliers import TENSORS
+
+    overrides = tiny_overrides(corpus, tmp_path, **{"logging.outliers_every": 5})
+    assert run_in_process(overrides) == 0
+    measured = [m for m in metrics(tmp_path) if any(k.startswith("outliers/") for k in m)]
+    assert [m["step"] for m in measured] == [5, 10, 12]
+    for record in measured:
+        names = {k.split("/")[1] for k in record if k.startswith("outliers/")}
+        layers = {k.rsplit("/", 1)[1] for k in record if k.startswith("outliers/")}
+        assert names == set(TENSORS) and layers == {"layer_00", "layer_01"}
+    assert losses(tmp_path) == reference[1]
