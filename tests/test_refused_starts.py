@@ -63,6 +63,7 @@ def other_corpus(corpus: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.mutation
 @pytest.mark.parametrize(
     "case",
     [
