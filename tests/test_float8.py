@@ -114,6 +114,30 @@ def test_shapes_fp8_cannot_take_and_small_layers_stay_bf16():
     assert float8.convert(tiny(), "tensorwise", auto_filter=True) == []
 
 
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_only_tensorwise_all_gathers_in_float8_and_only_under_fsdp2(recipe):
+    """By default (as the trainer calls it on a GPU): torchao's size filter on, no emulation, no
+    float8 all-gather; the recipe sets the scaling granularity."""
+    from torchao.float8.config import ScalingGranularity
+
+    assert float8.convert(tiny(), recipe) == []  # the size filter is on by default
+    for fsdp in (None, False, True):  # None: the default, not sharded
+        model = tiny()
+        asked = {} if fsdp is None else {"fsdp": fsdp}
+        (first, *_) = float8.convert(model, recipe, auto_filter=False, **asked)
+        config = model.get_submodule(first).config
+        assert config.enable_fsdp_float8_all_gather == bool(fsdp and recipe == "tensorwise")
+        assert config.emulate is False
+        granularity = config.cast_config_weight.scaling_granularity
+        assert (
+            granularity
+            == {
+                "tensorwise": ScalingGranularity.TENSORWISE,
+                "rowwise": ScalingGranularity.AXISWISE,
+            }[recipe]
+        )
+
+
 def test_conversion_keeps_the_checkpoint_names_and_fp32_weights():
     plain, converted = tiny(), tiny()
     float8.convert(converted, "tensorwise", auto_filter=False, emulate=True)
