@@ -288,6 +288,18 @@ def test_more_variants_than_the_recompile_limit_keep_compilation_on(
     assert ops.resolve_backend("auto", torch.device("cpu")) == "compiled"
 
 
+@pytest.mark.slow
+def test_importing_the_activations_and_the_model_does_not_import_dynamo():
+    """Dynamo costs 2 s of import; a process that never compiles (evaluation, export, the
+    eager kernels) should not pay it for the fused ops' recompile-limit exception."""
+    import subprocess
+    import sys
+
+    code = "import sys, xielu, model; print('torch._dynamo' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr[-2000:]
+
+
 def test_the_one_pass_backward_at_eps_itself_equals_autograd_in_float64():
     """The special points built in float64, so that x == eps exactly: there autograd of the
     clamp passes the gradient (slope alpha_n expm1(eps) + beta), just above eps the capped term

@@ -82,7 +82,13 @@ _compile_failed = False
 # Formulas whose compiled variants (one per kind, dtype, eps, calling context) reached dynamo's
 # recompile limit; new variants of those run eager, the compiled ones keep their kernels.
 _over_recompile_limit: set[Callable] = set()
-_RecompileLimitHit = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
+
+
+def _recompile_limit_hit() -> type[BaseException] | tuple:
+    """Dynamo's exception for a recompile limit reached; looked up when an exception is being
+    matched, so that importing xielu does not import Dynamo (2 s) in a process that never
+    compiles (evaluation, export, the tests' eager runs)."""
+    return getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
 
 
 @functools.cache
@@ -102,7 +108,7 @@ def _run(backend: str, eager_fn: Callable, triton_name: str, *args):
         detached = [a.detach() if isinstance(a, Tensor) else a for a in args]
         try:
             return _compiled(eager_fn)(*detached)
-        except _RecompileLimitHit:
+        except _recompile_limit_hit():
             # not a broken toolchain: compilation stays on for every other call
             if eager_fn not in _over_recompile_limit:
                 _over_recompile_limit.add(eager_fn)
