@@ -25,6 +25,7 @@ from train_helpers import (
 from training import checkpoint, loop
 from training.checkpoint import CheckpointWriter
 from training.instruments import measurements
+from training.instruments.metrics import SUPERSEDED_FILE
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
@@ -111,6 +112,8 @@ def test_a_stop_at_a_measurement_step_measures_that_step_first_on_resume(corpus,
     assert steps("val/loss") == [6, 8, 12]  # 8: the end of the stable phase
     assert steps("diag/pre_rms/layer_00") == [0, 6, 12]
     assert steps("loss") == list(range(1, 13))
+    # resumed, not started again: nothing the stopped attempt logged was set aside
+    assert not (tmp_path / SUPERSEDED_FILE).exists()
 
 
 @pytest.mark.slow
