@@ -97,7 +97,7 @@ def test_sigterm_during_validation_or_a_save_ends_with_a_valid_checkpoint(
 
 @pytest.mark.slow
 @pytest.mark.mutation
-def test_a_stop_at_a_measurement_step_measures_that_step_first_on_resume(corpus, tmp_path):
+def test_a_stop_at_a_measurement_step_measures_that_step_first_on_resume(corpus, tmp_path, capsys):
     """Stopped once step 6's update is done, before its measurements: they are pending in the
     checkpoint, and the resumed run takes them on those weights before step 7; step 0's are
     not taken again."""
@@ -108,7 +108,9 @@ def test_a_stop_at_a_measurement_step_measures_that_step_first_on_resume(corpus,
         return [m["step"] for m in metrics(tmp_path) if key in m]
 
     assert steps("val/loss") == [] and steps("diag/pre_rms/layer_00") == [0]
+    assert "validation loss" not in capsys.readouterr().out  # no closing summary at a stop
     assert run_in_process(overrides) == 0
+    assert "\nvalidation loss" in capsys.readouterr().out
     assert steps("val/loss") == [6, 8, 12]  # 8: the end of the stable phase
     assert steps("diag/pre_rms/layer_00") == [0, 6, 12]
     assert steps("loss") == list(range(1, 13))
