@@ -167,3 +167,5 @@ def test_a_run_measures_each_due_step_once_and_trains_as_without_it(corpus, refe
         layers = {k.rsplit("/", 1)[1] for k in record if k.startswith("outliers/")}
         assert names == set(TENSORS) and layers == {"layer_00", "layer_01"}
     assert losses(tmp_path) == reference[1]
+    # each measured step's eager stance was left: a compiled run compiles again after it
+    assert torch._dynamo.eval_frame._stance.stance == "default"
