@@ -121,6 +121,10 @@ def test_only_tensorwise_all_gathers_in_float8_and_only_under_fsdp2(recipe):
     from torchao.float8.config import ScalingGranularity
 
     assert float8.convert(tiny(), recipe) == []  # the size filter is on by default
+    granularity = {
+        "tensorwise": ScalingGranularity.TENSORWISE,
+        "rowwise": ScalingGranularity.AXISWISE,
+    }[recipe]
     for fsdp in (None, False, True):  # None: the default, not sharded
         model = tiny()
         asked = {} if fsdp is None else {"fsdp": fsdp}
@@ -128,14 +132,7 @@ def test_only_tensorwise_all_gathers_in_float8_and_only_under_fsdp2(recipe):
         config = model.get_submodule(first).config
         assert config.enable_fsdp_float8_all_gather == bool(fsdp and recipe == "tensorwise")
         assert config.emulate is False
-        granularity = config.cast_config_weight.scaling_granularity
-        assert (
-            granularity
-            == {
-                "tensorwise": ScalingGranularity.TENSORWISE,
-                "rowwise": ScalingGranularity.AXISWISE,
-            }[recipe]
-        )
+        assert config.cast_config_weight.scaling_granularity == granularity
 
 
 def test_conversion_keeps_the_checkpoint_names_and_fp32_weights():
