@@ -164,7 +164,10 @@ def test_kill_9_of_one_of_two_ranks_stops_the_other_and_the_rerun_resumes(corpus
     run_dir = tmp_path / "two"
     overrides = tiny_overrides(corpus, run_dir, **{"data.num_workers": 1})
     # rank 1 SIGKILLs itself once step 5 is done: after the step-4 checkpoint, mid-interval
-    code, output = run(overrides, torchrun=2, timeout=240, env=faults_env(signal="SIGKILL@5@1"))
+    # forked=False: a forked rank's command line is the fork server's, which the check of
+    # ranks left behind reads
+    kill = faults_env(signal="SIGKILL@5@1")
+    code, output = run(overrides, torchrun=2, timeout=240, env=kill, forked=False)
     assert code != 0, output[-3000:]  # the survivor is stopped, not left hanging (timeout)
     assert "SIGKILL" in output, output[-3000:]
     assert max(losses(run_dir)) <= 6  # rank 0 may log one more step before it is stopped

@@ -91,7 +91,9 @@ def start(run_dir, layout, *extra: str, stop: tuple[signal.Signals, int] | None 
     """(exit code, output) of one start; ``stop``: (signal, step) sent from outside to every
     process of the job once the console shows that step (read as it comes, no polling)."""
     nprocs = layout[0]
-    process = launch(overrides(run_dir, layout, *extra), torchrun=nprocs if nprocs > 1 else 0)
+    torchrun = nprocs if nprocs > 1 else 0
+    # forked=False: the signals go to each process of the job, as a scheduler sends them
+    process = launch(overrides(run_dir, layout, *extra), torchrun=torchrun, forked=False)
     lines, sent = [], False
     try:
         for line in process.stdout:

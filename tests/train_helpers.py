@@ -11,8 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fork_server
+
 ROOT = Path(__file__).resolve().parents[1]
 AOT_EAGER = ROOT / "tests" / "aot_eager.py"  # a plugin every train.py the tests start loads
+FORK_SERVER = ROOT / "tests" / "fork_server.py"
 CONFIGS = ROOT / "configs"
 
 
@@ -68,23 +71,35 @@ def run_in_process(overrides: list[str], components=()) -> int:
 
 
 def launch(
-    overrides: list[str], torchrun: int = 0, as_shipped: bool = False, **kwargs
+    overrides: list[str],
+    torchrun: int = 0,
+    as_shipped: bool = False,
+    forked: bool = True,
+    **kwargs,
 ) -> subprocess.Popen:
     """``train.py`` as a subprocess, with the tests' plugins; ``as_shipped``: none of the tests'
-    settings of the kernels (``tests/aot_eager.py``, ``XIELU_BACKEND=eager``), as a user runs it."""
+    settings of the kernels (``tests/aot_eager.py``, ``XIELU_BACKEND=eager``), as a user runs it;
+    ``forked``: each process (torchrun's agent, each rank) a fork of ``tests/fork_server.py``'s
+    server rather than a fresh interpreter (that file says what differs, and which tests launch
+    without it)."""
+    forked = forked and not as_shipped  # a user's run starts a fresh interpreter
+    python = [sys.executable, str(FORK_SERVER)] if forked else [sys.executable]
     if torchrun:
         cmd = [
-            sys.executable,
+            *python,
             "-m",
             "torch.distributed.run",
             f"--nproc_per_node={torchrun}",
             "--standalone",  # a free port on this host
+            *python[1:],  # each rank through the server too
             "train.py",
             *overrides,
         ]
     else:
-        cmd = [sys.executable, "train.py", *overrides]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **kwargs.pop("env", {})}
+        cmd = [*python, "train.py", *overrides]
+    env = {**os.environ, **TEST_ENVIRONMENT, **kwargs.pop("env", {})}
+    if forked:
+        env[fork_server.ADDRESS] = server_address()
     if as_shipped:
         env.pop("XIELU_BACKEND", None)
     else:
@@ -101,6 +116,14 @@ def launch(
         start_new_session=True,  # its own process group: a hung run is stopped whole
         **kwargs,
     )
+
+
+TEST_ENVIRONMENT = {"OMP_NUM_THREADS": "1"}
+
+
+def server_address() -> str:
+    """The socket of this process's fork server, started at its first launch."""
+    return fork_server.address(ROOT, {**os.environ, **TEST_ENVIRONMENT})
 
 
 def run(overrides: list[str], torchrun: int = 0, timeout: float = 300, **kwargs):
