@@ -21,7 +21,8 @@ What differs, and how the tests deal with it:
 
 - An environment that differs from the server's in a variable an import may read (anything but
   torchrun's per-rank variables, the project's ``XIELU_*`` and pytest's ``PYTEST_*``) cannot
-  be forked: the client runs a fresh interpreter instead, by ``exec``, with the same pid.
+  be forked: the client runs a fresh interpreter instead, by ``exec``, with the same pid. (A
+  change to the pytest process's own environment starts another server: ``address``.)
 - The forked process is not below its client in the process tree, and is in a session of its
   own (as torchrun starts a rank). A signal the client receives is forwarded to that session's
   process group, as torchrun's ``killpg`` reaches a rank and its data workers; a signal sent
@@ -55,9 +56,16 @@ FORWARDED = (
     signal.SIGUSR1,
     signal.SIGUSR2,
 )
-# torchrun's per-rank variables, the project's own and pytest's (the test being run), read when
-# a run starts or never: a forked process may have other values for them than the server has
-RUN_TIME = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+# torchrun's per-rank variables, the project's own, pytest's (the test being run) and one
+# Inductor sets in each process before it reads it: read when a run starts or never, so a
+# forked process may have other values for them than its server has
+RUN_TIME = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",  # an address that Inductor sets before reading
+)
 RUN_TIME_PREFIXES = (
     "GROUP_",
     "ROLE_",
@@ -79,13 +87,17 @@ PRELOADED = (
 )
 
 
+def read_when_a_run_starts(name: str) -> bool:
+    return name in RUN_TIME or name.startswith(RUN_TIME_PREFIXES)
+
+
 def differs_at_import(env: dict[str, str], base: dict[str, str], set_by_imports: dict) -> list:
     """The variables in which ``env`` differs from the server's ``base`` environment that an
     import may have read. A variable the server's imports set, with the value they set, is no
     difference: a forked torchrun agent hands it on to its ranks."""
 
     def differs(name: str) -> bool:
-        if name in RUN_TIME or name.startswith(RUN_TIME_PREFIXES):
+        if read_when_a_run_starts(name):
             return False
         if name not in base and name in set_by_imports:
             return env.get(name, set_by_imports[name]) != set_by_imports[name]
@@ -171,13 +183,22 @@ def client(argv: list[str]) -> None:
 
 # ---------------------------------------------------------------------------------- the server
 
-_started: dict[str, str] = {}
+_servers: dict[tuple, str] = {}  # this process's servers, by the environment they started with
+
+
+def read_at_import(env: dict[str, str]) -> tuple:
+    """The part of ``env`` that a forked process takes from its server rather than its launch."""
+    return tuple(sorted((k, v) for k, v in env.items() if not read_when_a_run_starts(k)))
 
 
 def address(root: Path, env: dict[str, str]) -> str:
-    """The socket of this process's server, started with ``env`` at the first call and stopped
+    """The socket of this process's server for ``env``, started at the first call with an
+    environment that differs at import time from every earlier one: tests change the pytest
+    process's environment for good (an Inductor compilation there sets a variable, importing
+    scikit-learn another), and the launches after such a change would not fork. A server stops
     when this process ends (it reads a pipe whose only writer is this process)."""
-    if not _started:
+    key = read_at_import(env)
+    if key not in _servers:
         import atexit
         import shutil
         import subprocess
@@ -200,8 +221,8 @@ def address(root: Path, env: dict[str, str]) -> str:
         if ready.strip() != "ready":
             raise RuntimeError(f"tests/fork_server.py did not start: {ready!r}")
         atexit.register(lambda: (os.close(write_end), server.wait(), shutil.rmtree(folder)))
-        _started["address"] = socket_path
-    return _started["address"]
+        _servers[key] = socket_path
+    return _servers[key]
 
 
 def kill_tree(pid: int) -> None:
@@ -312,7 +333,8 @@ class Server:
         if request is not None:
             changed = differs_at_import(request["env"], self.base, self.set_by_imports)
         if changed:
-            send(connection, {"refused": changed})
+            with contextlib.suppress(OSError):  # a client gone already
+                send(connection, {"refused": changed})
             connection.close()
             for fd in fds:
                 os.close(fd)
@@ -330,7 +352,8 @@ class Server:
         self.running[pid] = connection
         self.watched[connection] = pid
         self.selector.register(connection, selectors.EVENT_READ, self.client_gone)
-        send(connection, {"pid": pid})
+        with contextlib.suppress(OSError):  # a client gone already: client_gone is next
+            send(connection, {"pid": pid})
 
     def close_in_child(self) -> None:
         for connection in self.running.values():

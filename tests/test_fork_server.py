@@ -81,6 +81,16 @@ def test_a_forked_run_sees_its_arguments_folder_environment_and_exits_with_its_c
 
 
 @pytest.mark.slow
+def test_launches_still_fork_after_a_test_changed_this_process_environment(tmp_path, monkeypatch):
+    """In the suite, in-process tests leave variables behind (importing scikit-learn sets
+    KMP_DUPLICATE_LIB_OK): every launch after them ran a fresh interpreter."""
+    monkeypatch.setenv("KMP_DUPLICATE_LIB_OK", "True")
+    process = start(script(tmp_path, REPORT))
+    output, _ = process.communicate(timeout=HANG)
+    assert json.loads(output)["preloaded"]
+
+
+@pytest.mark.slow
 def test_an_environment_that_differs_at_import_runs_a_fresh_interpreter(tmp_path):
     process = start(script(tmp_path, REPORT), env={"HF_HUB_OFFLINE": "1"})  # read at import
     output, _ = process.communicate(timeout=HANG)
