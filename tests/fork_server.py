@@ -183,46 +183,41 @@ def client(argv: list[str]) -> None:
 
 # ---------------------------------------------------------------------------------- the server
 
-_servers: dict[tuple, str] = {}  # this process's servers, by the environment they started with
-
-
-def read_at_import(env: dict[str, str]) -> tuple:
-    """The part of ``env`` that a forked process takes from its server rather than its launch."""
-    return tuple(sorted((k, v) for k, v in env.items() if not read_when_a_run_starts(k)))
+_servers: list[tuple[dict, dict, str]] = []  # this process's: (base, set_by_imports, socket)
 
 
 def address(root: Path, env: dict[str, str]) -> str:
-    """The socket of this process's server for ``env``, started at the first call with an
-    environment that differs at import time from every earlier one: tests change the pytest
-    process's environment for good (an Inductor compilation there sets a variable, importing
-    scikit-learn another), and the launches after such a change would not fork. A server stops
+    """The socket of a server of this process that can fork a launch with ``env``, started
+    when none can: tests change the pytest process's environment for good (importing
+    scikit-learn sets a variable), and no launch after such a change would fork. A server stops
     when this process ends (it reads a pipe whose only writer is this process)."""
-    key = read_at_import(env)
-    if key not in _servers:
-        import atexit
-        import shutil
-        import subprocess
-        import tempfile
+    for base, set_by_imports, socket_path in _servers:
+        if not differs_at_import(env, base, set_by_imports):
+            return socket_path
+    import atexit
+    import shutil
+    import subprocess
+    import tempfile
 
-        folder = tempfile.mkdtemp(prefix="xielu-fork-")
-        socket_path = os.path.join(folder, "socket")
-        read_end, write_end = os.pipe()
-        command = [sys.executable, "-u", __file__, "--serve", socket_path, str(read_end), str(root)]
-        server = subprocess.Popen(
-            command,
-            env=env,
-            pass_fds=(read_end,),
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # a Ctrl-C at the terminal reaches it through the pipe
-        )
-        os.close(read_end)
-        ready = server.stdout.readline()
-        if ready.strip() != "ready":
-            raise RuntimeError(f"tests/fork_server.py did not start: {ready!r}")
-        atexit.register(lambda: (os.close(write_end), server.wait(), shutil.rmtree(folder)))
-        _servers[key] = socket_path
-    return _servers[key]
+    folder = tempfile.mkdtemp(prefix="xielu-fork-")
+    socket_path = os.path.join(folder, "socket")
+    read_end, write_end = os.pipe()
+    command = [sys.executable, "-u", __file__, "--serve", socket_path, str(read_end), str(root)]
+    server = subprocess.Popen(
+        command,
+        env=env,
+        pass_fds=(read_end,),
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a Ctrl-C at the terminal reaches it through the pipe
+    )
+    os.close(read_end)
+    ready = server.stdout.readline()
+    if not ready.startswith("{"):
+        raise RuntimeError(f"tests/fork_server.py did not start: {ready!r}")
+    atexit.register(lambda: (os.close(write_end), server.wait(), shutil.rmtree(folder)))
+    _servers.append((env, json.loads(ready)["set_by_imports"], socket_path))
+    return socket_path
 
 
 def kill_tree(pid: int) -> None:
@@ -289,7 +284,7 @@ class Server:
     def serve(self) -> tuple | None:
         """Until the parent's pipe closes; returns in a forked process only, with what it is
         to run."""
-        print("ready", flush=True)
+        print(json.dumps({"set_by_imports": self.set_by_imports}), flush=True)  # ready
         while not self.stopped and self.forked is None:
             for key, _ in self.selector.select():
                 key.data(key.fileobj)
