@@ -70,6 +70,14 @@ def run_in_process(overrides: list[str], components=()) -> int:
     return train(*compose(overrides), downstream=during_training, components=components)
 
 
+TEST_ENVIRONMENT = {"OMP_NUM_THREADS": "1"}  # what every process the tests start gets
+
+
+def server_address() -> str:
+    """The socket of a fork server of this process for the tests' environment as it is now."""
+    return fork_server.address(ROOT, {**os.environ, **TEST_ENVIRONMENT})
+
+
 def launch(
     overrides: list[str],
     torchrun: int = 0,
@@ -116,14 +124,6 @@ def launch(
         start_new_session=True,  # its own process group: a hung run is stopped whole
         **kwargs,
     )
-
-
-TEST_ENVIRONMENT = {"OMP_NUM_THREADS": "1"}
-
-
-def server_address() -> str:
-    """The socket of this process's fork server, started at its first launch."""
-    return fork_server.address(ROOT, {**os.environ, **TEST_ENVIRONMENT})
 
 
 def run(overrides: list[str], torchrun: int = 0, timeout: float = 300, **kwargs):
