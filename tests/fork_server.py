@@ -220,16 +220,6 @@ def address(root: Path, env: dict[str, str]) -> str:
     return socket_path
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and every process below it (listed before any is killed: an orphan is
-    no longer below it)."""
-    from train_helpers import descendants  # this file's folder is sys.path[0] in the server
-
-    for each in [pid, *descendants(pid)]:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(each, signal.SIGKILL)
-
-
 def child(connection: socket.socket, request: dict, fds: list[int]) -> None:
     """In the forked process: become ``python ARGV`` started from the client's side."""
     os.setsid()  # as torchrun starts a rank: a session (and process group) of its own
@@ -293,6 +283,8 @@ class Server:
         return self.forked
 
     def stop(self, _) -> None:
+        from train_helpers import kill_tree  # this file's folder is sys.path[0] in the server
+
         for pid in self.running:
             kill_tree(pid)
         self.stopped = True
@@ -303,6 +295,8 @@ class Server:
 
     def client_gone(self, connection: socket.socket) -> None:
         """The client closed its end (only its death does): its forked process goes too."""
+        from train_helpers import kill_tree
+
         pid = self.watched[connection]
         self.forget(connection)
         kill_tree(pid)

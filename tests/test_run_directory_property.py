@@ -31,7 +31,7 @@ from collections import Counter
 import pytest
 
 from end_to_end import LOCAL_CORPUS
-from train_helpers import descendants, launch, metrics, snapshot
+from train_helpers import descendants, kill_tree, launch, metrics, snapshot
 from training.checkpoint import checkpoint_config, complete_checkpoints, run_config
 
 SEQUENCES = int(os.environ.get("XIELU_STRESS_SEQUENCES", "3"))
@@ -106,9 +106,7 @@ def start(run_dir, layout, *extra: str, stop: tuple[signal.Signals, int] | None 
                 sent = True
         process.wait(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
-        for pid in [*descendants(process.pid), process.pid]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_tree(process.pid)
         raise AssertionError("a start hung:\n" + "".join(lines)[-5000:]) from None
     return process.returncode, "".join(lines)
 

@@ -134,10 +134,8 @@ def run(overrides: list[str], torchrun: int = 0, timeout: float = 300, **kwargs)
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        # torchrun starts each rank in a session of its own: kill the whole tree, ranks first
-        for pid in [*descendants(process.pid), process.pid]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        # torchrun starts each rank in a session of its own: kill the whole tree
+        kill_tree(process.pid)
         output, _ = process.communicate(timeout=60)
         message = f"the run hung for {timeout} s; its output:\n{output[-5000:]}"
         raise AssertionError(message) from None
@@ -159,6 +157,14 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it (listed before any is killed: an orphan is
+    no longer below it)."""
+    for each in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(each, signal.SIGKILL)
 
 
 def metrics(run_dir: Path) -> list[dict]:
