@@ -29,6 +29,10 @@ What differs, and how the tests deal with it:
   from outside straight to a rank's data worker has no such path.
 - A forked process's command line (``/proc/PID/cmdline``, ``ps``) is the server's.
 - Forked processes write unbuffered (``python -u``), as torchrun's ranks do.
+- A forked process ends as the interpreter ends (its non-daemon threads joined, its ``atexit``
+  functions run, its streams flushed) but without the teardown after that (``os._exit``): a
+  crash or hang inside the freeing of modules would not show. The server's objects are frozen
+  (``gc.freeze``), so no collection in a fork walks them.
 
 So the tests that send signals from outside (``tests/test_run_directory_property.py``,
 ``tests/test_signals.py``) or look for a run's processes by their command line
@@ -40,6 +44,7 @@ So the tests that send signals from outside (``tests/test_run_directory_property
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -233,14 +238,54 @@ def child(connection: socket.socket, request: dict, fds: list[int]) -> None:
     argv = request["argv"]
     import runpy
 
-    if argv[0] == "-m":
-        sys.argv = [argv[1], *argv[2:]]
-        sys.path[0] = os.getcwd()
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(argv)
-        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
-        runpy.run_path(argv[0], run_name="__main__")
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(argv)
+            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+            runpy.run_path(argv[0], run_name="__main__")
+        code = 0
+    except SystemExit as stop:
+        code = exit_code(stop.code)
+    except BaseException as error:
+        sys.excepthook(type(error), error, error.__traceback__)
+        if isinstance(error, KeyboardInterrupt):  # as the interpreter ends: killed by SIGINT
+            end_without_teardown(signal.SIGINT)
+        code = 1
+    end_without_teardown(None, code)
+
+
+def exit_code(value) -> int:
+    """The exit status the interpreter gives ``sys.exit(value)`` at the top level."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    print(value, file=sys.stderr)
+    return 1
+
+
+def end_without_teardown(number: int | None, code: int = 0) -> None:
+    """End as the interpreter does (wait for the non-daemon threads, run the ``atexit``
+    functions, flush the standard streams), then ``os._exit`` without its teardown: freeing
+    every module and a last collection over the server's objects, which touch every page the
+    fork shares with the server (1.9 s of CPU per process on the 2-core machine, 3 processes
+    per launch). ``number``: die of that signal instead (a ``KeyboardInterrupt``)."""
+    import atexit
+    import threading
+
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken stream, as at teardown
+            stream.flush()
+    if number is not None:
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
+    os._exit(code)
 
 
 class Server:
@@ -379,9 +424,11 @@ def main() -> None:
     address, parent_pipe, root = sys.argv[2], int(sys.argv[3]), sys.argv[4]
     base = dict(os.environ)
     preload(root)
+    gc.freeze()  # the server's objects: no collection in a fork walks them (copying pages)
     forked = Server(address, parent_pipe, base).serve()
     if forked is not None:
         child(*forked)
+    os._exit(0)  # no teardown: the frozen objects are never freed (nanobind reports them)
 
 
 if __name__ == "__main__":

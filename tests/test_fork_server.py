@@ -28,7 +28,7 @@ def script(tmp_path, body: str):
     return path
 
 
-def start(path, *args, env: dict | None = None, cwd=None) -> subprocess.Popen:
+def start(path, *args, env: dict | None = None, cwd=None, **popen) -> subprocess.Popen:
     environment = {**os.environ, **TEST_ENVIRONMENT, fork_server.ADDRESS: server_address()}
     return subprocess.Popen(
         [sys.executable, str(FORK_SERVER), str(path), *args],
@@ -36,6 +36,7 @@ def start(path, *args, env: dict | None = None, cwd=None) -> subprocess.Popen:
         cwd=cwd or path.parent,
         stdout=subprocess.PIPE,
         text=True,
+        **popen,
     )
 
 
@@ -143,3 +144,43 @@ def test_killing_the_client_kills_the_forked_run_and_what_it_started(tmp_path):
         readable, _, _ = select.select([handle], [], [], HANG)
         assert readable, "a process of the killed client's run is still alive"
         os.close(handle)
+
+
+ENDING = """
+    import atexit, sys, threading
+
+    def after_the_main_thread():
+        threading.main_thread().join()
+        print("thread done", flush=True)
+
+    threading.Thread(target=after_the_main_thread).start()  # not a daemon: waited for
+    atexit.register(print, "atexit ran", flush=True)
+    print(sys.flags.dont_write_bytecode, "forked" if "torch" in sys.modules else "fresh")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("last_line", "code", "message"),
+    [
+        ("pass", 0, None),
+        ("sys.exit(4)", 4, None),
+        ("sys.exit('refused: a reason')", 1, "refused: a reason"),
+        ("raise ValueError('broken')", 1, "ValueError: broken"),
+        ("raise KeyboardInterrupt", -signal.SIGINT, "KeyboardInterrupt"),
+    ],
+)
+def test_a_forked_run_ends_as_the_interpreter_ends_a_script(tmp_path, last_line, code, message):
+    """Threads joined, then the atexit functions, the same exit status and message as a
+    fresh interpreter gives, before the teardown the fork skips (``end_without_teardown``)."""
+    path = script(tmp_path, f"{ENDING}    {last_line}\n")
+    outputs = []
+    for env in ({}, {"HF_HUB_OFFLINE": "1"}):  # forked, then fresh (read at import: no fork)
+        process = start(path, env=env, stderr=subprocess.PIPE)
+        output, error = process.communicate(timeout=HANG)
+        assert process.returncode == code, error
+        assert (message in error) if message else error == ""
+        outputs.append(output.splitlines())
+    forked, fresh = outputs
+    assert forked[0].endswith("forked") and fresh[0].endswith("fresh")
+    assert forked[1:] == fresh[1:] == ["thread done", "atexit ran"]
