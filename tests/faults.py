@@ -15,7 +15,10 @@ and a run in the test's own process through ``fault_components(...)`` handed to
   asynchronous one while its write is in flight;
 - ``signal``: ``SIGNAL@STEP[@RANK]``: the process (of that rank) sends itself SIGNAL once step
   STEP's update is done, before the trainer checks for stop signals: an interruption at a
-  known step, where a signal sent from outside would race the run.
+  known step, where a signal sent from outside would race the run;
+- ``raise_in``: ``WHERE@STEP@RANKS``: a ``RuntimeError`` on those ranks (``0,1``) inside
+  training step STEP once its gradients are complete (``step@2@1``), from the downstream
+  evaluator (``downstream@@0,1``) or from the run's closing summary (``summary@@0``).
 """
 
 from __future__ import annotations
@@ -95,8 +98,40 @@ class SignalAtStep(Component):
             os.kill(os.getpid(), self.signal)
 
 
+class RaiseIn(Component):
+    name = "fault_raise"
+
+    def __init__(self, spec: str) -> None:
+        parts = spec.split("@")
+        if len(parts) != 3 or parts[0] not in ("step", "downstream", "summary"):
+            raise ValueError(f"raise_in={spec!r} is not step@N@RANKS, downstream@@RANKS or ...")
+        self.where, self.ranks = parts[0], {int(rank) for rank in parts[2].split(",")}
+        self.step = int(parts[1]) if parts[0] == "step" else None
+
+    def fail(self, *args, **kwargs):
+        raise RuntimeError(f"injected failure in the {self.where} on rank {self.rank}")
+
+    def begin(self, trainer) -> None:
+        self.rank = trainer.env.rank
+        if self.rank not in self.ranks:
+            return
+        if self.where == "downstream":
+            trainer.measure.evaluate_downstream = self.fail
+        elif self.where == "summary":
+            import training.summary
+
+            training.summary.run_summary = self.fail  # closing_summary looks it up by name
+
+    def before_clip(self, trainer) -> None:
+        if trainer.step + 1 == self.step and self.rank in self.ranks:  # trainer.step: 0-based
+            self.fail()
+
+
 def fault_components(
-    nan_steps: list[int] = (), crash_in_checkpoint_at: int | None = None, signal: str = ""
+    nan_steps: list[int] = (),
+    crash_in_checkpoint_at: int | None = None,
+    signal: str = "",
+    raise_in: str = "",
 ) -> list[Component]:
     found: list[Component] = []
     if nan_steps:
@@ -105,6 +140,8 @@ def fault_components(
         found.append(CrashInCheckpoint(crash_in_checkpoint_at))
     if signal:
         found.append(SignalAtStep(signal))
+    if raise_in:
+        found.append(RaiseIn(raise_in))
     return found
 
 
