@@ -104,9 +104,11 @@ class RaiseIn(Component):
     def __init__(self, spec: str) -> None:
         parts = spec.split("@")
         if len(parts) != 3 or parts[0] not in ("step", "downstream", "summary"):
-            raise ValueError(f"raise_in={spec!r} is not step@N@RANKS, downstream@@RANKS or ...")
+            shapes = "step@N@RANKS, downstream@@RANKS or summary@@RANKS"
+            raise ValueError(f"raise_in={spec!r} is not {shapes}")
         self.where, self.ranks = parts[0], {int(rank) for rank in parts[2].split(",")}
         self.step = int(parts[1]) if parts[0] == "step" else None
+        self.rank = None  # this process's, once the run has begun
 
     def fail(self, *args, **kwargs):
         raise RuntimeError(f"injected failure in the {self.where} on rank {self.rank}")
