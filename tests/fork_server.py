@@ -247,15 +247,14 @@ def child(connection: socket.socket, request: dict, fds: list[int]) -> None:
             sys.argv = list(argv)
             sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
             runpy.run_path(argv[0], run_name="__main__")
-        code = 0
+        code, dies_of = 0, None
     except SystemExit as stop:
-        code = exit_code(stop.code)
+        code, dies_of = exit_code(stop.code), None
     except BaseException as error:
         sys.excepthook(type(error), error, error.__traceback__)
-        if isinstance(error, KeyboardInterrupt):  # as the interpreter ends: killed by SIGINT
-            end_without_teardown(signal.SIGINT)
-        code = 1
-    end_without_teardown(None, code)
+        # as the interpreter ends after an uncaught KeyboardInterrupt: killed by SIGINT
+        code, dies_of = 1, signal.SIGINT if isinstance(error, KeyboardInterrupt) else None
+    end_without_teardown(code, dies_of)
 
 
 def exit_code(value) -> int:
@@ -268,12 +267,12 @@ def exit_code(value) -> int:
     return 1
 
 
-def end_without_teardown(number: int | None, code: int = 0) -> None:
+def end_without_teardown(code: int, dies_of: int | None) -> None:
     """End as the interpreter does (wait for the non-daemon threads, run the ``atexit``
     functions, flush the standard streams), then ``os._exit`` without its teardown: freeing
     every module and a last collection over the server's objects, which touch every page the
     fork shares with the server (1.9 s of CPU per process on the 2-core machine, 3 processes
-    per launch). ``number``: die of that signal instead (a ``KeyboardInterrupt``)."""
+    per launch). ``dies_of``: a signal to die of instead of exiting with ``code``."""
     import atexit
     import threading
 
@@ -282,9 +281,9 @@ def end_without_teardown(number: int | None, code: int = 0) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed or broken stream, as at teardown
             stream.flush()
-    if number is not None:
-        signal.signal(number, signal.SIG_DFL)
-        os.kill(os.getpid(), number)
+    if dies_of is not None:
+        signal.signal(dies_of, signal.SIG_DFL)
+        os.kill(os.getpid(), dies_of)
     os._exit(code)
 
 
