@@ -13,7 +13,15 @@ import torch
 from torch import nn
 
 from end_to_end import EXPERIMENTS
-from train_helpers import CONFIGS, compose, losses, metrics, tiny_overrides
+from train_helpers import (
+    CONFIGS,
+    SWEEP_DATA,
+    SWEEP_POINTS,
+    compose,
+    losses,
+    metrics,
+    tiny_overrides,
+)
 
 TOY_ACTIVATION, TOY_SOURCE, TOY_SCHEDULE = "toy_leaky_square", "toy_lines", "toy_halving"
 
@@ -148,11 +156,12 @@ def test_every_experiment_preset_is_in_the_end_to_end_tier():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(SWEEP_POINTS)
 @pytest.mark.parametrize("sweep", sorted(p.stem for p in (CONFIGS / "sweep").glob("*.yaml")))
-def test_every_point_of_every_sweep_composes(sweep, tmp_path):
-    from training.sweeps import expand, load_sweep
+def test_every_point_of_every_sweep_composes(sweep):
+    from training.sweeps import expand, load_sweep, resolve
 
-    jobs = expand(load_sweep(sweep), ["data.paths=[/nonexistent/*.parquet]"])
+    jobs = expand(load_sweep(sweep), SWEEP_DATA)
     assert jobs
     for overrides in jobs:
-        compose([o for o in overrides if not o.startswith("hydra")])
+        resolve(overrides)  # as train.py composes it, the launcher's hydra.* settings left out

@@ -10,7 +10,7 @@ import pytest
 from data_fixtures import write_parquet_corpus
 from eval.paper import ABLATION_TABLE, MAIN_COMPARISON
 from scripts.results_table import main as results_table
-from train_helpers import ROOT, compose, metrics, tiny_overrides
+from train_helpers import ROOT, SWEEP_DATA, SWEEP_POINTS, compose, metrics, tiny_overrides
 from training.runtime.distributed import adopt_slurm_tasks
 from training.sweeps import commands, expand, load_sweep, resolve
 
@@ -195,13 +195,14 @@ def test_a_hydra_multirun_over_learning_rates_trains_each_rate_in_its_own_direct
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(SWEEP_POINTS)
 def test_the_gpu_ladders_train_about_20_tokens_per_parameter_each_in_its_own_directory():
     from model import count_parameters, training_flops_per_token
     from scripts.estimate_sweep import job_cost
 
     for name, widths in (("ladder_h100", 3), ("ladder_gh200", 3)):
-        jobs = expand(load_sweep(name), ["data.paths=[/x/*.parquet]"])
-        configs = [compose(job)[0] for job in jobs]
+        jobs = expand(load_sweep(name), SWEEP_DATA)
+        configs = [resolve(job) for job in jobs]
         assert len({c.trainer.run_dir for c in configs}) == len(jobs)
         assert len({c.model.dim for c in configs}) == widths
         cost = job_cost(jobs[0])
@@ -216,6 +217,7 @@ def test_the_gpu_ladders_train_about_20_tokens_per_parameter_each_in_its_own_dir
 
 
 @pytest.mark.slow  # composes about 250 jobs
+@pytest.mark.xdist_group(SWEEP_POINTS)
 @pytest.mark.parametrize("ladder", ["ladder_h100", "ladder_gh200", "ladder_short", "width_ladder"])
 def test_every_ladder_is_mup_tuned_at_its_base_width_with_the_same_depth_batch_and_head_dim(
     ladder,
@@ -223,10 +225,9 @@ def test_every_ladder_is_mup_tuned_at_its_base_width_with_the_same_depth_batch_a
     """µP carries rates across width only: the tuning sweep must train every activation of the
     ladder at the ladder's base width, depth, batch and head_dim, on a seed the ladder does not
     report. The rungs differ from each other in width (and in steps, on GPUs) alone."""
-    extra = ["data.paths=[/x/*.parquet]"]
     sweep = load_sweep(ladder)
-    rungs = [resolve(job) for job in expand(sweep, extra)]
-    tuning = [resolve(job) for job in expand(load_sweep(sweep["tuned_by"]), extra)]
+    rungs = [resolve(job) for job in expand(sweep, SWEEP_DATA)]
+    tuning = [resolve(job) for job in expand(load_sweep(sweep["tuned_by"]), SWEEP_DATA)]
     (base,) = {c.model.mup_base_dim for c in rungs}
     assert {c.model.parametrization for c in rungs} == {"mup"}
     at_base = [c for c in tuning if c.model.parametrization == "mup" and c.model.dim == base]

@@ -10,6 +10,7 @@ import yaml
 
 from eval import tuning as tuned_rates
 from scripts import sweep as sweep_script
+from train_helpers import SWEEP_DATA, SWEEP_POINTS
 from training.checkpoint.layout import checkpoint_root, step_dir_name
 from training.sweeps import expand, load_sweep, resolve
 
@@ -48,7 +49,7 @@ def _write_run(run_dir, config, final=None, diverged=False):
 def _tune(tmp_path, monkeypatch, skip=None):
     """Fake finished runs for width_lr's µP jobs at the base width (all but ``skip``)."""
     monkeypatch.setattr(tuned_rates, "ROOT", tmp_path)
-    for job in expand(load_sweep("width_lr")):
+    for job in expand(load_sweep("width_lr"), SWEEP_DATA):
         config = resolve(job)
         if config.model.parametrization != "mup" or config.model.dim != 64:
             continue
@@ -60,12 +61,13 @@ def _tune(tmp_path, monkeypatch, skip=None):
 
 
 @pytest.mark.slow  # composes the 166 jobs of two sweeps (about 10 s)
+@pytest.mark.xdist_group(SWEEP_POINTS)
 def test_the_ladder_trains_each_activation_at_its_base_width_rate(tmp_path, monkeypatch):
     _tune(tmp_path, monkeypatch)
     ladder = load_sweep("width_ladder")
-    rates = tuned_rates.tuned_rates(ladder)
+    rates = tuned_rates.tuned_rates(ladder, SWEEP_DATA)
     assert rates == BEST
-    jobs = expand(tuned_rates.with_tuned_rates(ladder, rates))
+    jobs = expand(tuned_rates.with_tuned_rates(ladder, rates), SWEEP_DATA)
     configs = [resolve(job) for job in jobs]
     assert len(configs) == 4 * 4 * 3  # activations x widths x seeds, as the file says
     for config in configs:
@@ -77,10 +79,11 @@ def test_the_ladder_trains_each_activation_at_its_base_width_rate(tmp_path, monk
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(SWEEP_POINTS)
 def test_a_missing_tuning_run_stops_the_ladder_and_says_what_to_run(tmp_path, monkeypatch):
     _tune(tmp_path, monkeypatch, skip=("xielu", 6e-3))
     with pytest.raises(SystemExit) as stop:
-        tuned_rates.tuned_rates(load_sweep("width_ladder"))
+        tuned_rates.tuned_rates(load_sweep("width_ladder"), SWEEP_DATA)
     message = str(stop.value)
     assert "1 of its runs have not finished" in message
     assert "xielu" in message and "lr-0.006" in message
@@ -88,9 +91,10 @@ def test_a_missing_tuning_run_stops_the_ladder_and_says_what_to_run(tmp_path, mo
 
 
 @pytest.mark.slow  # composes the 166 jobs of two sweeps, as the test above
+@pytest.mark.xdist_group(SWEEP_POINTS)
 def test_a_diverged_tuning_run_is_the_worst_rate_not_a_missing_one(tmp_path, monkeypatch):
     _tune(tmp_path, monkeypatch)  # every 2.4e-2 run diverged
-    assert 2.4e-2 not in tuned_rates.tuned_rates(load_sweep("width_ladder")).values()
+    assert 2.4e-2 not in tuned_rates.tuned_rates(load_sweep("width_ladder"), SWEEP_DATA).values()
 
 
 def test_a_finished_job_is_one_whose_last_checkpoint_exists(tmp_path, monkeypatch):

@@ -47,6 +47,14 @@ def tiny_overrides(corpus_dir: Path, run_dir: Path, **extra) -> list[str]:
     return [f"{k}={v}" for k, v in values.items()]
 
 
+# The tests that compose every point of the shipped sweeps (about 460, 0.15-0.25 s each) run on
+# one worker (``pytest.mark.xdist_group(SWEEP_POINTS)``) with these data paths (local sources
+# need some; none is read), so that ``training.sweeps.resolve``'s per-process cache composes each
+# point once per suite rather than once per test.
+SWEEP_POINTS = "sweep_points"
+SWEEP_DATA = ["data.paths=[/x/*.parquet]"]
+
+
 def compose(overrides: list[str]):
     """The ExperimentConfig and resolved YAML that ``train.py`` would build from overrides."""
     from hydra import compose as hydra_compose
