@@ -21,7 +21,7 @@ from unittest import mock
 import pytest
 import torch
 
-from train_helpers import compose
+from train_helpers import SWEEP_DATA, SWEEP_POINTS, compose
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -414,7 +414,7 @@ def tokens_per_run(config) -> int:
 def jobs(sweep: str) -> list[list[str]]:
     from training.sweeps import expand, load_sweep
 
-    return expand(load_sweep(sweep), ["data.paths=[/not/read]"])  # local sources need paths
+    return expand(load_sweep(sweep), SWEEP_DATA)  # composed once with the sweep_points group's
 
 
 def seeds(sweep: str) -> int:
@@ -637,7 +637,14 @@ NUMBERS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", NUMBERS)
+@pytest.mark.parametrize(
+    "where",
+    # results.md prices every job of four ladders: composed points the group shares
+    [
+        pytest.param(w, marks=[pytest.mark.xdist_group(SWEEP_POINTS)] * (w == "docs/results.md"))
+        for w in NUMBERS
+    ],
+)
 def test_counts_in_the_pages_are_what_the_code_gives(where):
     """Each phrase, its numbers computed from the code today, appears in the page (line breaks
     and runs of spaces read as one space)."""
