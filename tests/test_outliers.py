@@ -16,7 +16,7 @@ import torch
 
 from model import Llama
 from model.presets import load_preset
-from training.instruments.outliers import Recorder, moment_sums, statistics
+from training.instruments.outliers import TENSORS, Recorder, moment_sums, statistics
 from training.runtime.parallelize import apply_activation_checkpointing
 
 CPU = torch.device("cpu")
@@ -93,6 +93,21 @@ def measured(model: Llama, batches: list[torch.Tensor]) -> tuple[dict[str, float
     finally:
         recorder.remove()
     return recorder.scalars(CPU), recorder
+
+
+def test_the_recorder_sums_micro_batches_in_float64():
+    """Eight micro-batches of a normal sample at mean 30: the fourth central moment cancels
+    raw sums near 8e5 down to 3, which float32 sums miss by several percent."""
+    g = torch.Generator().manual_seed(0)
+    x = 30.0 + torch.randn(64, 1024, generator=g)
+    recorder = Recorder(tiny().layers, CPU)
+    recorder.remove()
+    for part in x.chunk(8):
+        recorder.record(0, TENSORS.index("act_out"), part)
+    centred = x.double() - x.double().mean()
+    expected = (centred**4).mean() / (centred**2).mean() ** 2
+    got = recorder.scalars(CPU)["outliers/act_out/kurtosis/layer_00"]
+    assert got == pytest.approx(float(expected), rel=1e-3)
 
 
 def test_a_batch_and_its_halves_give_the_same_statistics():

@@ -1,6 +1,7 @@
 """train.py end to end on CPU: configs, loss, resume, preemption, crashes, NaNs, logging."""
 
 import json
+import logging
 import math
 import re
 import signal
@@ -10,7 +11,7 @@ from hydra.errors import ConfigCompositionException
 
 from faults import fault_components, faults_env
 from train_helpers import compose, losses, metrics, run, run_in_process, tiny_overrides
-from wandb_records import history_keys
+from wandb_records import history_keys, run_settings
 
 
 @pytest.mark.slow
@@ -161,6 +162,7 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path, caplog
 
 
 @pytest.mark.slow
+@pytest.mark.mutation
 def test_wandb_offline_run_receives_the_scalars_and_alpha_table(corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -184,6 +186,14 @@ def test_wandb_offline_run_receives_the_scalars_and_alpha_table(corpus, tmp_path
         assert key in keys, key
     jsonl_keys = set().union(*(m.keys() for m in metrics(tmp_path)))
     assert {"loss", "val/loss", "alpha_p/layer_00", "alpha_n/layer_01"} <= jsonl_keys
+    # the run is named after the experiment and holds the model as built: its vocabulary the
+    # tokenizer's 258 (256 bytes and two specials) padded to model.vocab_multiple, not None
+    name, config = run_settings(run_file)
+    composed = compose(overrides)[0]
+    assert name == composed.name and composed.model.vocab_size is None
+    multiple = composed.model.vocab_multiple
+    assert config["model"]["vocab_size"] == -(-258 // multiple) * multiple
+    assert config["trainer"]["steps"] == 6
 
 
 @pytest.mark.slow
@@ -204,6 +214,48 @@ def test_batch_in_tokens_and_activation_checkpointing_train_the_same(corpus, ref
     assert got.keys() == expected.keys()
     for step, loss in expected.items():
         assert got[step] == pytest.approx(loss, rel=1e-6), step
+
+
+@pytest.mark.slow
+@pytest.mark.mutation
+def test_the_loop_runs_each_hook_where_it_belongs(corpus, tmp_path, capsys, caplog):
+    """The loop's wiring, read from what a run leaves: the per-layer gradient norms are taken
+    before clipping (a clip at 1e-3 leaves them as large as the unclipped total says) and logged
+    at their own step; the loss mask's dropped fraction is logged at every step; the run
+    directory is made with its parents and named by the opening line; the per-layer
+    measurements stay off the console, where each line says more than its step."""
+    run_dir = tmp_path / "runs" / "nested" / "run"
+    extra = {
+        "trainer.steps": 4,
+        "schedule.warmup_steps": 1,
+        "schedule.decay_steps": 2,
+        "trainer.eval_every": 2,
+        "logging.grad_norms_every": 2,
+        "logging.outliers_every": 2,
+        "optim.grad_clip": 1e-3,
+        "optim.goldfish_k": 4,
+        "optim.goldfish_h": 2,
+    }
+    with caplog.at_level(logging.INFO, logger="training.loop"):
+        assert run_in_process(tiny_overrides(corpus, run_dir, **extra)) == 0
+    records = metrics(run_dir)
+    steps = {m["step"]: m for m in records if "loss" in m}
+    assert sorted(steps) == [1, 2, 3, 4]
+    norms = [m for m in records if "grad_norm/mlp/layer_00" in m]
+    assert [m["step"] for m in norms] == [2, 4]
+    for m in norms:
+        total = steps[m["step"]]["grad_norm"]  # the unclipped norm of every gradient
+        blocks = sum(v * v for k, v in m.items() if k.startswith("grad_norm/"))
+        assert 1e-3 < math.sqrt(blocks) <= total * (1 + 1e-6)
+    # Goldfish at k=4 leaves out about a quarter of the 128 targets of each step (its first
+    # h positions of a window are never left out: docs/training.md)
+    for m in steps.values():
+        assert 0.1 < m["loss_mask/dropped"] < 0.4
+    assert any(str(run_dir) in r.getMessage() for r in caplog.records)
+    lines = re.findall(r"^step +\d+.*$", capsys.readouterr().out, flags=re.MULTILINE)
+    assert len(lines) == 4 + 2  # the steps, the two validations
+    assert all(" | " in line for line in lines), lines
+    assert sum(" | val " in line for line in lines) == 2
 
 
 @pytest.mark.slow

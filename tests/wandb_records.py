@@ -45,3 +45,27 @@ def history_keys(path: Path) -> set[str]:
         if record.WhichOneof("record_type") == "history":
             keys.update(item.key or "/".join(item.nested_key) for item in record.history.item)
     return keys
+
+
+def run_settings(path: Path) -> tuple[str, dict]:
+    """The run's display name and its config (top-level keys, values decoded from JSON), as
+    the run record and later config records set them."""
+    import json
+
+    from wandb.proto import wandb_internal_pb2
+
+    name, config = "", {}
+    for raw in records(path):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            name = record.run.display_name or name
+            items = record.run.config.update
+        elif kind == "config":
+            items = record.config.update
+        else:
+            continue
+        for item in items:
+            config[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return name, config
