@@ -247,8 +247,8 @@ def test_the_loop_runs_each_hook_where_it_belongs(corpus, tmp_path, capsys, capl
         total = steps[m["step"]]["grad_norm"]  # the unclipped norm of every gradient
         blocks = sum(v * v for k, v in m.items() if k.startswith("grad_norm/"))
         assert 1e-3 < math.sqrt(blocks) <= total * (1 + 1e-6)
-    # Goldfish at k=4 leaves out about a quarter of the 128 targets of each step (its first
-    # h positions of a window are never left out: docs/training.md)
+    # Goldfish at k=4 leaves out about a quarter of the 128 targets of each step (the first
+    # h - 1 targets of a window never: training/loss_mask.py)
     for m in steps.values():
         assert 0.1 < m["loss_mask/dropped"] < 0.4
     assert any(str(run_dir) in r.getMessage() for r in caplog.records)
