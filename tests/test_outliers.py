@@ -110,6 +110,22 @@ def test_the_recorder_sums_micro_batches_in_float64():
     assert got == pytest.approx(float(expected), rel=1e-3)
 
 
+def test_a_tensor_of_zeros_has_no_kurtosis_or_ratio_rather_than_a_division_error():
+    """A dead layer's output (ReLU² of inputs all below zero) has no spread and no RMS."""
+    s = stats_of(torch.zeros(8, 4))
+    assert math.isnan(s["kurtosis"]) and math.isnan(s["max_over_rms"])
+    assert s["amax"] == 0.0 and s["row_amax_median"] == 0.0
+
+
+def test_the_row_maxima_median_is_the_mean_of_the_micro_batches_medians():
+    recorder = Recorder(tiny().layers, CPU)
+    recorder.remove()
+    residual = TENSORS.index("residual")
+    for scale in (1.0, 3.0):  # rows of +-scale: each micro-batch's median row maximum is scale
+        recorder.record(0, residual, scale * torch.tensor([[1.0, -1.0], [-1.0, 1.0]]))
+    assert recorder.scalars(CPU)["outliers/residual/row_amax_median/layer_00"] == 2.0
+
+
 def test_a_batch_and_its_halves_give_the_same_statistics():
     x = torch.randint(0, 128, (4, 17), generator=torch.Generator().manual_seed(2))
     whole, _ = measured(tiny(), [x])
