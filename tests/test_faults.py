@@ -120,6 +120,25 @@ def test_a_stop_at_a_measurement_step_measures_that_step_first_on_resume(corpus,
 
 @pytest.mark.slow
 @pytest.mark.mutation
+@pytest.mark.parametrize(("sig", "requeued"), [("SIGUSR1", True), ("SIGTERM", False)])
+def test_a_stop_asks_for_a_requeue_only_for_the_signals_that_ask_for_one(
+    sig, requeued, corpus, tmp_path, caplog, monkeypatch
+):
+    """SIGUSR1 (SLURM: the time limit is near) has rank 0 requeue the job; SIGTERM (scancel, a
+    preemption the scheduler requeues itself) does not. Outside SLURM both exit 75."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    extra = {"trainer.steps": 4, "schedule.warmup_steps": 1, "schedule.decay_steps": 2}
+    with caplog.at_level(logging.WARNING, logger="training.runtime.preemption"):
+        code = run_in_process(
+            tiny_overrides(corpus, tmp_path, **extra), fault_components(signal=f"{sig}@2")
+        )
+    assert code == 75
+    assert ("stopping at step 2; requeueing the job" in caplog.text) == requeued
+    assert ("stopping at step 2, checkpointed, not requeued" in caplog.text) == (not requeued)
+
+
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_a_non_finite_activation_scalar_gradient_skips_the_step(corpus, tmp_path, monkeypatch):
     build_model = loop.build_model
     backward_calls = []
