@@ -9,6 +9,7 @@ from train_helpers import run_in_process, tiny_overrides
 
 
 @pytest.mark.slow
+@pytest.mark.mutation
 def test_profile_steps_write_a_chrome_trace_of_those_steps_and_touch_no_cuda(
     corpus, tmp_path, monkeypatch
 ):

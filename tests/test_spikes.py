@@ -99,6 +99,7 @@ def test_a_skipped_spike_is_counted_as_skipped_but_not_as_a_bad_step():
 
 
 @pytest.mark.slow
+@pytest.mark.mutation
 @pytest.mark.parametrize("skip", [False, True])
 def test_the_trainer_counts_spikes_logs_them_and_skips_them_only_when_asked(
     corpus, tmp_path, caplog, skip

@@ -259,6 +259,46 @@ def test_the_loop_runs_each_hook_where_it_belongs(corpus, tmp_path, capsys, capl
 
 
 @pytest.mark.slow
+@pytest.mark.mutation
+def test_in_loop_downstream_calls_the_evaluator_given_at_its_cadence(corpus, tmp_path):
+    """``train(..., downstream=evaluator)``: the evaluator gets the model being trained and the
+    run's task settings at every ``trainer.downstream_every`` steps (lm-eval's own scores:
+    tests/test_downstream_in_training.py)."""
+    from model import Llama
+    from training.loop import train
+
+    calls = []
+
+    def evaluator(model, tokenizer, tasks, limit, data, include, env, add_bos, micro_batch):
+        calls.append((type(model), list(tasks), limit, data, include, micro_batch))
+        return {"downstream/fake/acc": float(len(calls))}
+
+    settings = {
+        "trainer.downstream_every": 6,
+        "trainer.downstream_tasks": "[piqa]",
+        "trainer.downstream_limit": 3,
+        "trainer.downstream_data": "/data/eval",
+    }
+    config, config_yaml = compose(tiny_overrides(corpus, tmp_path, **settings))
+    assert train(config, config_yaml, downstream=evaluator) == 0
+    include = tmp_path / "downstream_tasks"
+    assert calls == [(Llama, ["piqa"], 3, "/data/eval", include, 2)] * 2
+    scored = [m for m in metrics(tmp_path) if "downstream/seconds" in m]
+    assert [(m["step"], m["downstream/fake/acc"]) for m in scored] == [(6, 1.0), (12, 2.0)]
+
+
+def test_in_loop_downstream_without_an_evaluator_is_refused_before_any_work(corpus, tmp_path):
+    from training.config import ConfigError
+    from training.loop import Trainer
+
+    run_dir = tmp_path / "run"
+    overrides = tiny_overrides(corpus, run_dir, **{"trainer.downstream_every": 6})
+    with pytest.raises(ConfigError, match=r"trainer\.downstream_every=6 needs a downstream"):
+        Trainer(*compose(overrides))
+    assert not run_dir.exists()
+
+
+@pytest.mark.slow
 def test_python_train_py_with_the_quickstart_defaults_learns(tmp_path):
     """README's main job as it is (bytes, builtin corpus, offline wandb, the activation's
     kernel the CPU gets: compiled by Inductor where a C++ compiler is), to its closing lines."""
