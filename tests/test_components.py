@@ -176,3 +176,39 @@ def test_the_registry_saves_every_part_and_refuses_a_checkpoint_without_one():
     assert added.lines == [] and state.state_dict()["added"] == {"n": 1}
     with pytest.raises(CheckpointFormatError, match="not a component"):
         hooks.load_state_dict({"pending": ["unknown"]})
+
+
+class Tally(Component):
+    """A stateful component added from outside (docs/extending.md): counts the steps it saw."""
+
+    name = "tally"
+    every = 1
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def step_end(self, trainer) -> None:
+        self.seen += 1
+
+    def state_dict(self) -> dict:
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seen = state["seen"]
+
+
+@pytest.mark.slow
+@pytest.mark.mutation
+def test_a_component_added_to_a_run_with_checkpoints_starts_fresh_and_is_saved(corpus, tmp_path):
+    """The resume is not refused for the added part's missing state (a shipped part's is:
+    ``TrainerState``'s tests); from then on the part is in every checkpoint."""
+    from faults import fault_components
+    from train_helpers import run_in_process, tiny_overrides
+
+    overrides = tiny_overrides(corpus, tmp_path)
+    assert run_in_process(overrides, fault_components(signal="SIGTERM@6")) == 75
+    tally = Tally()
+    assert run_in_process(overrides, [tally]) == 0
+    assert tally.seen == 12 - 6
+    (last,) = tmp_path.glob("checkpoints/step_000012/trainer.json")
+    assert json.loads(last.read_text())["tally"] == {"seen": 6}
