@@ -147,6 +147,14 @@ def exit_as(status: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status))
 
 
+def signal_group(pgid: int, number: int) -> None:
+    """Send ``number`` to the forked run's process group, unless none of it is left: torchrun
+    sends SIGTERM to every rank once one has exited, and a rank's fork may have exited between
+    that and this (its status is on its way to the client, which exits with it)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, number)
+
+
 def client(argv: list[str]) -> None:
     """Run ``python ARGV`` as a fork of the server, or as ``exec python ARGV`` without one."""
     forked: list[int] = []  # the forked process's pid, once the server has sent it
@@ -154,7 +162,7 @@ def client(argv: list[str]) -> None:
 
     def forward(number: int, _) -> None:  # to its process group, as torchrun's killpg reaches
         if forked:
-            os.killpg(forked[0], number)
+            signal_group(forked[0], number)
         else:
             pending.append(number)
 
@@ -178,7 +186,7 @@ def client(argv: list[str]) -> None:
         os.execv(sys.executable, [sys.executable, *unbuffered, *argv])
     forked.append(reply["pid"])
     for number in pending:
-        os.killpg(forked[0], number)
+        signal_group(forked[0], number)
     status, _ = receive(connection)
     if status is None:  # the server went away: say so rather than invent an exit code
         print("tests/fork_server.py: the server closed before the run ended", file=sys.stderr)
