@@ -127,7 +127,6 @@ def test_a_signal_to_the_client_reaches_the_forked_run_and_its_process_group(tmp
     assert output.strip() == str(-signal.SIGTERM)  # the process below got it too
 
 
-@pytest.mark.slow
 def test_a_signal_for_a_forked_run_that_has_ended_is_not_an_error():
     """torchrun sends SIGTERM to every rank once one has exited; a rank's fork can have ended
     just before, and its client must still exit with the fork's status (seen in CI: the client
@@ -137,6 +136,7 @@ def test_a_signal_for_a_forked_run_that_has_ended_is_not_an_error():
     fork_server.signal_group(ended.pid, signal.SIGTERM)  # its group is gone: nothing to do
 
 
+@pytest.mark.slow
 def test_killing_the_client_kills_the_forked_run_and_what_it_started(tmp_path):
     body = """
         import os, signal, subprocess, sys
