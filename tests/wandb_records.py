@@ -35,14 +35,20 @@ def records(path: Path) -> list[bytes]:
     return out
 
 
-def history_keys(path: Path) -> set[str]:
+def parsed(path: Path):
+    """Each record of the run file as wandb's protobuf ``Record``, with its type's name."""
     from wandb.proto import wandb_internal_pb2
 
-    keys = set()
     for raw in records(path):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(raw)
-        if record.WhichOneof("record_type") == "history":
+        yield record.WhichOneof("record_type"), record
+
+
+def history_keys(path: Path) -> set[str]:
+    keys = set()
+    for kind, record in parsed(path):
+        if kind == "history":
             keys.update(item.key or "/".join(item.nested_key) for item in record.history.item)
     return keys
 
@@ -52,13 +58,8 @@ def run_settings(path: Path) -> tuple[str, dict]:
     the run record and later config records set them."""
     import json
 
-    from wandb.proto import wandb_internal_pb2
-
     name, config = "", {}
-    for raw in records(path):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
-        kind = record.WhichOneof("record_type")
+    for kind, record in parsed(path):
         if kind == "run":
             name = record.run.display_name or name
             items = record.run.config.update
