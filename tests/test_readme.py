@@ -414,7 +414,7 @@ def tokens_per_run(config) -> int:
 def jobs(sweep: str) -> list[list[str]]:
     from training.sweeps import expand, load_sweep
 
-    return expand(load_sweep(sweep), SWEEP_DATA)  # composed once with the sweep_points group's
+    return expand(load_sweep(sweep), SWEEP_DATA)  # the sweep_points group's paths: one cache
 
 
 def seeds(sweep: str) -> int:
