@@ -134,6 +134,25 @@ def test_the_model_with_flex_gives_the_dense_masks_loss_and_gradients(overrides,
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
+def test_both_masks_let_a_position_see_the_earlier_positions_of_its_own_document_only():
+    """The dense mask is the reference the flex tests compare with, so both are checked here
+    against the rule written out position by position (and quickly: no kernel runs)."""
+    ids = torch.tensor([[0, 0, 1, 1, 1, 2], [5, 6, 6, 6, 6, 6]])
+    batch, seq = ids.shape
+    expected = torch.tensor(
+        [
+            [[j <= i and ids[b, i] == ids[b, j] for j in range(seq)] for i in range(seq)]
+            for b in range(batch)
+        ]
+    )
+    assert torch.equal(dense_mask(ids), expected[:, None])
+    mask = block_mask(ids)
+    assert mask.shape == (batch, 1, seq, seq)
+    b, q, kv = torch.arange(batch), torch.arange(seq), torch.arange(seq)
+    every_pair = mask.mask_mod(b[:, None, None], 0, q[None, :, None], kv[None, None, :])
+    assert torch.equal(every_pair, expected)
+
+
 def test_selective_checkpointing_keeps_flexs_output():
     from torch.utils.checkpoint import CheckpointPolicy
 
