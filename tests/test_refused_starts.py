@@ -153,3 +153,35 @@ def test_the_documented_list_is_the_one_the_refusal_follows():
         row = next(line for line in table.splitlines() if line.startswith(f"| `{section}.*`"))
         exceptions |= set(re.findall(r"`([\w.]+)`", row.split("|")[1])) - {f"{section}.*"}
     assert exceptions == set(MAY_CHANGE)
+
+
+@pytest.mark.parametrize("recorded", ["nothing", "an empty file", "this run's config"])
+def test_a_checkpoint_with_nothing_else_recorded_is_not_refused(tmp_path, recorded):
+    """Only a recorded config that differs refuses a resume: a checkpoint without one (or with
+    an empty one) has nothing to compare with."""
+    from training.checkpoint.saving import refuse_changes_since
+
+    config, config_yaml = compose(tiny_overrides(tmp_path, tmp_path / "run"))
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_000004"
+    checkpoint.mkdir(parents=True)
+    text = {"nothing": None, "an empty file": "", "this run's config": config_yaml}[recorded]
+    if text is not None:
+        (checkpoint / "config.yaml").write_text(text)
+    refuse_changes_since(config, checkpoint)
+
+
+def test_a_recorded_config_that_differs_or_cannot_be_read_is_refused_naming_the_file(tmp_path):
+    from training.checkpoint.saving import refuse_changes_since
+    from training.config import ConfigError
+
+    config, config_yaml = compose(tiny_overrides(tmp_path, tmp_path / "run"))
+    wider, _ = compose([*tiny_overrides(tmp_path, tmp_path / "run"), "model.dim=64"])
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_000004"
+    checkpoint.mkdir(parents=True)
+    where = checkpoint / "config.yaml"
+    where.write_text(config_yaml)
+    with pytest.raises(ConfigError, match=r"model\.dim: 32 in the run, 64 now"):
+        refuse_changes_since(wider, checkpoint)
+    where.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(where))} cannot be read to compare"):
+        refuse_changes_since(config, checkpoint)
