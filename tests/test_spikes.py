@@ -96,6 +96,13 @@ def test_a_skipped_spike_is_counted_as_skipped_but_not_as_a_bad_step():
     restored = StepHealth(max_bad_steps=1, spikes=SpikeMonitor(10, 3.0), skip_spikes=True)
     restored.load_state_dict(health.state_dict())
     assert (restored.skipped, restored.spike_count) == (1, 1)
+    # a resume may turn the monitor off (its window is dropped) or on (it starts empty)
+    off = StepHealth(max_bad_steps=1, spikes=None, skip_spikes=False)
+    off.load_state_dict(health.state_dict())
+    assert (off.skipped, off.spike_count) == (1, None)
+    on = StepHealth(max_bad_steps=1, spikes=SpikeMonitor(10, 3.0), skip_spikes=True)
+    on.load_state_dict(off.state_dict())
+    assert (on.skipped, on.spike_count) == (1, 0)
 
 
 @pytest.mark.slow
