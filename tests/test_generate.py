@@ -10,7 +10,14 @@ from data_fixtures import write_parquet_corpus
 from eval.generate import main as generate_cli
 from model import Llama, ModelConfig
 from model.kv_cache import KVCache
-from model.sampling import GREEDY, SamplingConfig, filter_logits, generate, next_token
+from model.sampling import (
+    GREEDY,
+    SamplingConfig,
+    document_start,
+    filter_logits,
+    generate,
+    next_token,
+)
 from train_helpers import run_in_process, tiny_overrides
 
 VOCAB = 96
@@ -229,6 +236,12 @@ def test_sampling_options_are_checked():
         SamplingConfig(top_k=0)
     with pytest.raises(ValueError, match="temperature"):
         SamplingConfig(temperature=-1)
+
+
+def test_a_prompt_starts_where_training_saw_documents_start():
+    """After the EOS that ended the previous document, then the BOS a run that adds one saw."""
+    assert document_start([7, 8], eos_id=0) == [0, 7, 8]
+    assert document_start([7, 8], eos_id=0, bos_id=1) == [0, 1, 7, 8]
 
 
 # ---- python -m eval.generate on a trained run ----------------------------------------------------
