@@ -7,7 +7,9 @@ A mutant is *killed* when a test fails on it, *survived* when every test that ru
 function passes; *no tests* means no selected test runs that function at all. The score is
 killed / (killed + survived + timeout): a mutant that no test reaches counts against the module
 in its own column, not in the score, so the two questions ("is it tested?", "would a test
-notice a change?") stay apart. ``mutmut show NAME`` prints a mutant's diff.
+notice a change?") stay apart. *Not judged* counts the mutants a stopped or partial run has
+not reached: a module's score is over its whole only where that column is 0. ``mutmut show
+NAME`` prints a mutant's diff.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections import Counter, defaultdict
 from scripts.common import markdown
 
 COLUMNS = ("killed", "survived", "no tests", "timeout")
+NOT_JUDGED = "not checked"  # mutmut's word for a mutant it has not run yet
 
 
 def parse_results(text: str) -> dict[str, dict[str, str]]:
@@ -43,7 +46,7 @@ def score_rows(by_module: dict[str, dict[str, str]]) -> list[list[str]]:
         counts = Counter(by_module[module].values())
         judged = counts["killed"] + counts["survived"] + counts["timeout"]
         score = f"{100 * counts['killed'] / judged:.1f}%" if judged else "-"
-        rows.append([module, *(str(counts[c]) for c in COLUMNS), score])
+        rows.append([module, *(str(counts[c]) for c in COLUMNS), str(counts[NOT_JUDGED]), score])
     return rows
 
 
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     ).stdout
     by_module = parse_results(output)
     rows = score_rows(by_module)
-    print("\n".join(markdown(["module", *COLUMNS, "score"], rows)))
+    print("\n".join(markdown(["module", *COLUMNS, "not judged", "score"], rows)))
     if args.survivors:
         for module in sorted(by_module):
             for name, status in sorted(by_module[module].items()):
