@@ -161,6 +161,23 @@ def test_skipping_spikes_never_freezes_a_run_after_a_lasting_shift_of_the_level(
     assert health.bad_in_a_row == 0  # skipped spikes are not non-finite steps
 
 
+def test_each_spike_warning_says_what_became_of_the_update(caplog):
+    """Skipped while the burst is shorter than the limit; applied, as the new level, at it."""
+    health = StepHealth(5, SpikeMonitor(100, 6.0), True, skip_limit=3)
+    norms = level_shift(203, 200)
+    judge(health, norms[:200])
+    with caplog.at_level("WARNING", logger="training.step_health"):
+        for step, norm in enumerate(norms[200:], start=201):
+            health.settle(step, health.should_update(2.0, norm), 2.0, norm, report=True)
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line.split(":")[0] for line in lines] == ["step 201", "step 202", "step 203"]
+    assert all(line.endswith("; update skipped (trainer.spike_skip)") for line in lines[:2])
+    assert lines[2].endswith(
+        "3 spikes in a row (trainer.spike_skip_limit) are taken as a new "
+        "level, which joins the window"
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.mutation
 def test_a_resumed_spike_monitor_gives_the_verdicts_of_the_uninterrupted_one():

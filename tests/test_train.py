@@ -145,6 +145,8 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path, caplog
     records = [m for m in metrics(one) if "loss" in m]
     assert math.isnan(records[3]["loss"]) and records[-1]["skipped_steps"] == 2
     assert math.isfinite(records[-1]["loss"])
+    # the warning names the step's own loss and gradient norm
+    assert "step 2: non-finite loss nan or gradient norm nan; update skipped" in caplog.text
     many = tmp_path / "many"
     code = run_in_process(
         tiny_overrides(
