@@ -8,7 +8,7 @@ import torch
 
 from checkpoint_helpers import ENV, tiny_model_and_optimizer, train_a_step
 from faults import faults_env
-from train_helpers import assert_same_losses, run, run_in_process, tiny_overrides
+from train_helpers import assert_same_losses, metrics, run, run_in_process, tiny_overrides
 from training import checkpoint
 from training.checkpoint import CheckpointWriter
 
@@ -32,11 +32,16 @@ def test_an_async_checkpoint_holds_the_weights_of_its_step_not_later_ones(tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.mutation
 def test_async_checkpoints_train_and_resume_like_synchronous_ones(corpus, reference, tmp_path):
     overrides = tiny_overrides(corpus, tmp_path, **{"trainer.async_checkpoint": True})
     assert run_in_process(overrides) == 0
     published = checkpoint.complete_checkpoints(tmp_path)
+    # the last step's save, in flight when the loop ended, was finished and published
     assert [p.name for p in published] == ["step_000008", "step_000012"]
+    # each step logs how long it waited for the writer
+    stalls = [m["checkpoint_stall_s"] for m in metrics(tmp_path) if "loss" in m]
+    assert len(stalls) == 12 and all(isinstance(s, float) and s >= 0 for s in stalls)
     shutil.rmtree(published[-1])
     assert run_in_process(overrides) == 0  # resumes from the async checkpoint of step 8
     assert_same_losses(tmp_path, reference[1])
