@@ -114,6 +114,19 @@ def test_shapes_fp8_cannot_take_and_small_layers_stay_bf16():
     assert float8.convert(tiny(), "tensorwise", auto_filter=True) == []
 
 
+def test_the_size_filter_judges_each_layer_and_the_ones_it_leaves_stay_plain_linears():
+    """torchao's tensorwise heuristic converts a layer only with K > 4096 or N > 1024 (its H100
+    measurements): the 2048-wide output converts, the 64-wide one stays a plain ``nn.Linear``."""
+    model = torch.nn.ModuleDict(
+        {
+            "wide": torch.nn.Linear(64, 2048, bias=False),
+            "narrow": torch.nn.Linear(2048, 64, bias=False),
+        }
+    )
+    assert float8.convert(model, "tensorwise", keep=(), auto_filter=True) == ["wide"]
+    assert type(model["narrow"]) is torch.nn.Linear and type(model["wide"]) is not torch.nn.Linear
+
+
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_only_tensorwise_all_gathers_in_float8_and_only_under_fsdp2(recipe):
     """By default (as the trainer calls it on a GPU): torchao's size filter on, no emulation, no
