@@ -238,15 +238,27 @@ def test_selective_checkpointing_saves_float8_matmuls_as_it_saves_mm():
     assert policy(_Context(True), scaled_mm) == CheckpointPolicy.MUST_SAVE
 
 
-def test_the_fsdp_scale_precompute_runs_only_for_tensorwise_under_fsdp():
+def test_the_fsdp_scale_precompute_runs_only_for_tensorwise_under_fsdp(monkeypatch):
+    import torchao.float8
+
     class Wrapped:
         def __init__(self, recipe, fsdp):
             self.plan, self.fsdp, self.bare = ParallelPlan(float8=recipe), fsdp, nn.Linear(2, 2)
 
-    found = float8.float8_components(Wrapped("tensorwise", True))
+    wrapped = Wrapped("tensorwise", True)
+    found = float8.float8_components(wrapped)
     assert [type(c) for c in found] == [float8.Float8Scales]
     assert float8.float8_components(Wrapped("rowwise", True)) == []
     assert float8.float8_components(Wrapped("tensorwise", False)) == []
+    # after an update, over the bare model's weights; a skipped update changed no weight
+    precomputed = []
+    monkeypatch.setattr(
+        torchao.float8, "precompute_float8_dynamic_scale_for_fsdp", precomputed.append
+    )
+    found[0].after_update(None, stepped=False)
+    assert precomputed == []
+    found[0].after_update(None, stepped=True)
+    assert precomputed == [wrapped.bare]
 
 
 # ----------------------------------------------------------------------------- under FSDP2
