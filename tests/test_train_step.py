@@ -119,3 +119,46 @@ def test_a_clipped_step_hands_adamw_the_hand_clipped_gradient_at_the_schedules_r
         if param.ndim == 1:  # norm weights: no weight decay, the bare Adam step
             step = -lr * clipped / (clipped.abs() + eps)
             torch.testing.assert_close(param.detach() - old, step, rtol=1e-3, atol=1e-8)
+
+
+def tiny_step(batches: list[dict], phases: list[str] | None = None):
+    """``train_step`` over ``batches`` (one micro-batch each) for a tiny float64 model on one
+    process, with SGD; the step's result."""
+    from model import Llama, ModelConfig
+    from training.runtime.distributed import Env
+    from training.runtime.parallelize import ParallelPlan, parallelize
+    from training.step import train_step
+
+    torch.manual_seed(0)
+    model = Llama(ModelConfig(vocab_size=12, dim=16, n_layers=2, n_heads=2, gated_hidden=32))
+    trained = parallelize(model.double(), Env(0, 1, 0, torch.device("cpu")), ParallelPlan())
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    on_phase = phases.append if phases is not None else (lambda phase: None)
+    return train_step(trained, optimizer, iter(batches), len(batches), 0.0, on_phase=on_phase)
+
+
+def test_the_step_hands_the_model_the_document_ids_and_sums_the_loss_in_float64():
+    from data.packing import document_index
+    from model import Llama, ModelConfig
+
+    ids = torch.randint(0, 12, (2, 17), generator=torch.Generator().manual_seed(6))
+    inputs, targets = ids[:, :-1], ids[:, 1:]
+    documents = torch.stack([document_index(row, eos_id=3) for row in inputs])
+    assert documents.max() > 0  # an end of document inside the window: the mask matters
+    result = tiny_step([{"inputs": inputs, "targets": targets, "document_ids": documents}])
+    torch.manual_seed(0)
+    model = Llama(ModelConfig(vocab_size=12, dim=16, n_layers=2, n_heads=2, gated_hidden=32))
+    model = model.double()
+    with torch.no_grad():
+        within, across = float(model(inputs, targets, documents)), float(model(inputs, targets))
+    assert result.loss_sum.dtype == torch.float64
+    assert float(result.loss_sum) == pytest.approx(within, rel=1e-12)
+    assert abs(within - across) > 1e-6
+
+
+def test_the_step_names_each_phase_as_the_memory_estimate_records_it():
+    ids = torch.randint(0, 12, (2, 9), generator=torch.Generator().manual_seed(7))
+    batches = [{"inputs": row[None, :-1], "targets": row[None, 1:]} for row in ids]
+    phases: list[str] = []
+    tiny_step(batches, phases)
+    assert phases == ["forward 1", "backward 1", "forward 2", "backward 2", "optimizer"]
