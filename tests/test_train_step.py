@@ -121,34 +121,39 @@ def test_a_clipped_step_hands_adamw_the_hand_clipped_gradient_at_the_schedules_r
             torch.testing.assert_close(param.detach() - old, step, rtol=1e-3, atol=1e-8)
 
 
-def tiny_step(batches: list[dict], phases: list[str] | None = None):
-    """``train_step`` over ``batches`` (one micro-batch each) for a tiny float64 model on one
-    process, with SGD; the step's result."""
+def tiny_model():
+    """A tiny float64 Llama, the same weights at every call."""
     from model import Llama, ModelConfig
+
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=12, dim=16, n_layers=2, n_heads=2, gated_hidden=32)
+    return Llama(config).double()
+
+
+def tiny_step(batches: list[dict], phases: list[str] | None = None):
+    """``train_step`` over ``batches`` (one micro-batch each) for ``tiny_model()`` on one
+    process, with SGD at rate 1 and no clipping: the step's result and the trained model."""
     from training.runtime.distributed import Env
     from training.runtime.parallelize import ParallelPlan, parallelize
     from training.step import train_step
 
-    torch.manual_seed(0)
-    model = Llama(ModelConfig(vocab_size=12, dim=16, n_layers=2, n_heads=2, gated_hidden=32))
-    trained = parallelize(model.double(), Env(0, 1, 0, torch.device("cpu")), ParallelPlan())
+    model = tiny_model()
+    trained = parallelize(model, Env(0, 1, 0, torch.device("cpu")), ParallelPlan())
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     on_phase = phases.append if phases is not None else (lambda phase: None)
-    return train_step(trained, optimizer, iter(batches), len(batches), 0.0, on_phase=on_phase)
+    result = train_step(trained, optimizer, iter(batches), len(batches), 0.0, on_phase=on_phase)
+    return result, model
 
 
 def test_the_step_hands_the_model_the_document_ids_and_sums_the_loss_in_float64():
     from data.packing import document_index
-    from model import Llama, ModelConfig
 
     ids = torch.randint(0, 12, (2, 17), generator=torch.Generator().manual_seed(6))
     inputs, targets = ids[:, :-1], ids[:, 1:]
     documents = torch.stack([document_index(row, eos_id=3) for row in inputs])
     assert documents.max() > 0  # an end of document inside the window: the mask matters
-    result = tiny_step([{"inputs": inputs, "targets": targets, "document_ids": documents}])
-    torch.manual_seed(0)
-    model = Llama(ModelConfig(vocab_size=12, dim=16, n_layers=2, n_heads=2, gated_hidden=32))
-    model = model.double()
+    result, _ = tiny_step([{"inputs": inputs, "targets": targets, "document_ids": documents}])
+    model = tiny_model()
     with torch.no_grad():
         within, across = float(model(inputs, targets, documents)), float(model(inputs, targets))
     assert result.loss_sum.dtype == torch.float64
@@ -156,9 +161,15 @@ def test_the_step_hands_the_model_the_document_ids_and_sums_the_loss_in_float64(
     assert abs(within - across) > 1e-6
 
 
-def test_the_step_names_each_phase_as_the_memory_estimate_records_it():
+def test_the_step_names_its_phases_reports_the_gradient_norm_and_frees_the_gradients():
     ids = torch.randint(0, 12, (2, 9), generator=torch.Generator().manual_seed(7))
     batches = [{"inputs": row[None, :-1], "targets": row[None, 1:]} for row in ids]
     phases: list[str] = []
-    tiny_step(batches, phases)
+    result, model = tiny_step(batches, phases)
     assert phases == ["forward 1", "backward 1", "forward 2", "backward 2", "optimizer"]
+    assert all(p.grad is None for p in model.parameters())  # freed, not zeroed
+    # SGD at rate 1 moved each weight by its gradient: the norm reported is that update's
+    with torch.no_grad():
+        update = [a - b for a, b in zip(tiny_model().parameters(), model.parameters(), strict=True)]
+    norms = torch.stack([torch.linalg.vector_norm(u) for u in update])
+    assert float(result.grad_norm) == pytest.approx(float(torch.linalg.vector_norm(norms)))
