@@ -102,13 +102,13 @@ def test_every_component_judges_a_step_and_any_one_cancels_its_update():
             self.name, self.allow, self.seen = name, allow, []
 
         def before_update(self, trainer, loss, grad_norm) -> bool:
-            self.seen.append((loss, grad_norm))
+            self.seen.append((trainer, loss, grad_norm))
             return self.allow
 
-    no, yes = Verdict("no", False), Verdict("yes", True)
-    assert Components([no, yes], last=1).before_update(None, 2.0, 1.0) is False
-    assert no.seen == yes.seen == [(2.0, 1.0)]  # the later one still saw the step
-    assert Components([yes], last=1).before_update(None, 2.0, 1.0) is True
+    trainer, no, yes = Trainer(), Verdict("no", False), Verdict("yes", True)
+    assert Components([no, yes], last=1).before_update(trainer, 2.0, 1.0) is False
+    assert no.seen == yes.seen == [(trainer, 2.0, 1.0)]  # the later one still saw the step
+    assert Components([yes], last=1).before_update(trainer, 2.0, 1.0) is True
 
 
 def test_the_runs_end_reaches_every_component_with_the_error_it_ends_on():
@@ -132,6 +132,16 @@ def test_a_cadence_includes_the_last_step_and_its_extra_steps_and_never_zero_unl
     last_only = Measure("log", 0, at=(3,))
     last_only.at_last_even_when_off = True  # the step log and checkpoint with a cadence of 0
     assert [s for s in range(13) if last_only.due(s, 12)] == [12]
+    assert [s for s in range(4) if Measure("each", 1).due(s, 12)] == [1, 2, 3]  # not step 0
+
+
+def test_the_hooks_run_a_cadenced_component_at_the_runs_last_step_too():
+    trainer = Trainer()
+    hooks = Components([Measure("validation", 4)], last=6)
+    for step in range(1, 7):
+        trainer.step = step
+        hooks.step_end(trainer, step, stopping=False)
+    assert trainer.lines == [(4, "validation"), (6, "validation")]
 
 
 def test_names_repeat_refused_and_only_components_that_keep_state_are_saved():
@@ -147,6 +157,12 @@ def test_names_repeat_refused_and_only_components_that_keep_state_are_saved():
             pass
 
     assert keeps_state(Counter("c", 1))
+
+    class SavesOnly(Measure):  # a state it could not load back is not kept
+        def state_dict(self):
+            return {}
+
+    assert not keeps_state(SavesOnly("s", 1))
 
 
 def test_the_registry_saves_every_part_and_refuses_a_checkpoint_without_one():
