@@ -142,6 +142,27 @@ def test_the_hooks_run_a_cadenced_component_at_the_runs_last_step_too():
         trainer.step = step
         hooks.step_end(trainer, step, stopping=False)
     assert trainer.lines == [(4, "validation"), (6, "validation")]
+    # stopped at the last step, that step's validation runs first on resume
+    stopped = Components([Measure("validation", 4)], last=6)
+    stopped.step_end(trainer, 6, stopping=True)
+    resumed = Components([Measure("validation", 4)], last=6)
+    resumed.load_state_dict(json.loads(json.dumps(stopped.state_dict())))
+    trainer.lines = []
+    resumed.run_pending(trainer, 6)
+    assert trainer.lines == [(6, "validation")]
+
+
+def test_running_out_of_memory_reaches_every_component_with_the_trainer():
+    class Dump(Component):
+        def __init__(self, name: str) -> None:
+            self.name, self.seen = name, []
+
+        def out_of_memory(self, trainer) -> None:
+            self.seen.append(trainer)
+
+    trainer, parts = Trainer(), [Dump("a"), Dump("b")]
+    Components(parts, last=4).out_of_memory(trainer)
+    assert [p.seen for p in parts] == [[trainer]] * 2
 
 
 def test_names_repeat_refused_and_only_components_that_keep_state_are_saved():
