@@ -128,6 +128,29 @@ def test_kernel_tuning_without_a_gpu_says_it_needs_one():
         main([])
 
 
+def test_mutation_focus_picks_the_mutants_of_the_module_or_function_asked_for(
+    monkeypatch, tmp_path
+):
+    from scripts import mutation_focus
+
+    text = """training/step.py:
+    training.step.x_train_step__mutmut_1: not checked
+    training.step.x_token_weights__mutmut_2: killed
+training/step_health.py:
+    training.step_health.xǁStepHealthǁsettle__mutmut_3: survived
+"""
+    assert mutation_focus.mutant_names(text, "training.step.") == [
+        "training.step.x_train_step__mutmut_1",
+        "training.step.x_token_weights__mutmut_2",
+    ]
+    assert mutation_focus.mutant_names(text, "training.step.x_token_weights__") == [
+        "training.step.x_token_weights__mutmut_2"
+    ]
+    monkeypatch.setattr(mutation_focus, "MUTANTS", tmp_path / "mutants")
+    with pytest.raises(SystemExit, match="run `mutmut run` until it has generated the mutants"):
+        mutation_focus.main(["training.step.", "tests/test_train_step.py"])
+
+
 def test_mutation_scores_count_per_module_and_leave_untested_mutants_out_of_the_score():
     from scripts.mutation_scores import parse_results, score_rows
 

@@ -1,0 +1,82 @@
+"""Judge one module's mutants against the tests you name, in one process: minutes where a full
+``mutmut run`` takes hours on 2 cores.
+
+    python -m scripts.mutation_focus training.step. tests/test_train_step.py tests/test_loss_mask.py
+
+Why: mutmut runs, for each mutant, every selected test that reached the mutated function. A
+function that every training run reaches (the loss, the schedule, the activation's formulas,
+the closing sample's ``filter_logits``) sends each of its mutants through every trainer test
+in the selection, 30-60 s a mutant here; the whole configured set would take about ten hours.
+This pass runs only the named tests, quick ones first, stopping at the first failure, with
+the mutant switched on by mutmut's own ``MUTANT_UNDER_TEST``.
+
+A mutant killed here is killed. One that survives here is a candidate: a test not named may
+kill it (mutmut's full run decides), or no test does; read it (``mutmut show NAME``) and
+write the test, or note why it is equivalent. It needs the mutants a ``mutmut run`` generated
+in ``mutants/`` (stopping that run after "Generating mutants" is enough). Tests are imported
+once for all mutants, so module-level state a test leaves behind is shared: a survivor here is
+worth a second look before it is counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTANTS = ROOT / "mutants"
+SELECTION = "(not slow or mutation) and not gpu"  # what mutmut's run selects (pyproject.toml)
+
+
+def mutant_names(results: str, prefix: str) -> list[str]:
+    """The mutants in ``mutmut results --all true`` output whose names start with ``prefix``
+    (``training.step.`` for a module, ``training.step.x_train_step__`` for one function)."""
+    names = []
+    for line in results.splitlines():
+        name, sep, _ = line.strip().rpartition(": ")
+        if sep and "__mutmut_" in name and name.startswith(prefix):
+            names.append(name)
+    return names
+
+
+def judge(names: list[str], tests: list[str]) -> dict[str, bool]:
+    """{mutant: whether it survived the tests}, each mutant switched on in turn."""
+    import pytest
+
+    os.chdir(MUTANTS)
+    sys.path[:0] = [str(MUTANTS), str(MUTANTS / "tests")]
+    args = ["-q", "-x", "-n", "0", "-p", "no:cacheprovider", "-m", SELECTION, *tests]
+    survived = {}
+    for name in names:
+        os.environ["MUTANT_UNDER_TEST"] = name
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            survived[name] = pytest.main(args) == 0
+        print(name, "survived" if survived[name] else "killed", flush=True)
+    return survived
+
+
+def main(argv: list[str] | None = None) -> dict[str, bool]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("prefix", help="mutant names to judge start with this (a module + '.')")
+    parser.add_argument("tests", nargs="+", help="test files or node ids, as pytest takes them")
+    args = parser.parse_args(argv)
+    if not MUTANTS.is_dir():
+        raise SystemExit(f"no {MUTANTS}: run `mutmut run` until it has generated the mutants")
+    results = subprocess.run(
+        ["mutmut", "results", "--all", "true"], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    names = mutant_names(results, args.prefix)
+    if not names:
+        raise SystemExit(f"no mutant's name starts with {args.prefix!r}")
+    survived = judge(names, args.tests)
+    print(f"{sum(survived.values())} of {len(names)} survived the named tests")
+    return survived
+
+
+if __name__ == "__main__":
+    main()
