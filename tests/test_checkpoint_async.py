@@ -31,6 +31,27 @@ def test_an_async_checkpoint_holds_the_weights_of_its_step_not_later_ones(tmp_pa
         assert torch.equal(value, at_save[name]), name
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_trainers_checkpoint_component_writes_as_configured(tmp_path, asynchronous):
+    """An asynchronous run publishes what a synchronous one does (tested below), so only the
+    writer's settings can tell them apart."""
+    from training.checkpoint.saving import Checkpointing
+    from training.config import ExperimentConfig
+
+    config = ExperimentConfig()
+    t = config.trainer
+    t.run_dir, t.keep_checkpoints, t.async_checkpoint, t.checkpoint_every = (
+        tmp_path,
+        3,
+        asynchronous,
+        7,
+    )
+    component = Checkpointing(config, ENV)
+    writer = component.writer
+    assert (writer.run_dir, writer.keep, writer.asynchronous) == (tmp_path, 3, asynchronous)
+    assert component.every == 7
+
+
 @pytest.mark.slow
 @pytest.mark.mutation
 def test_async_checkpoints_train_and_resume_like_synchronous_ones(corpus, reference, tmp_path):
