@@ -355,3 +355,22 @@ def test_an_io_error_that_does_not_pass_falls_back_after_the_retries(tmp_path, m
     assert found.path.name == "step_000002"
     assert calls == ["step_000004"] * (1 + LOADING.IO_RETRIES) + ["step_000002"]
     assert names(tmp_path) == ["step_000002", "step_000004.corrupt"]
+
+
+@pytest.mark.slow
+@pytest.mark.mutation
+def test_the_trainer_sets_a_damaged_newest_checkpoint_aside_and_resumes_the_one_before(
+    corpus, reference, tmp_path, caplog
+):
+    """The trainer's own resume (``training.checkpoint.saving``), not this file's ``resume``."""
+    import shutil
+
+    from train_helpers import assert_same_losses, run_in_process, tiny_overrides
+
+    run_dir = shutil.copytree(reference[0], tmp_path / "run")
+    truncate_a_shard(run_dir / "checkpoints" / "step_000012")
+    with caplog.at_level(logging.INFO, logger="training.checkpoint.saving"):
+        assert run_in_process(tiny_overrides(corpus, run_dir)) == 0
+    assert names(run_dir) == ["step_000008", "step_000012", "step_000012.corrupt"]
+    assert f"resumed from {run_dir}/checkpoints/step_000008 at step 8" in caplog.text
+    assert_same_losses(run_dir, reference[1])
