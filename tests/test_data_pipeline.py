@@ -71,6 +71,21 @@ def test_a_flushed_packer_starts_over_as_a_fresh_one():
     assert packer.state_dict()["buffer"].dtype == torch.int64
 
 
+def test_a_fresh_packer_holds_integers_and_adds_document_ids_only_when_asked():
+    """Nothing to pop or flush before the first document; integer tokens in its state from the
+    first add (as a checkpoint saves them); the per-position document ids only with the mask."""
+    plain, masked = Packer(seq_len=4, eos_id=0), Packer(seq_len=4, eos_id=0, document_mask=True)
+    assert plain.pop() is None and list(plain.flush()) == []
+    for packer in (plain, masked):
+        packer.add([5, 6, 0, 8, 9, 10])
+        assert packer.state_dict()["buffer"].dtype == torch.int64
+    window = plain.pop()
+    assert set(window) == {"inputs", "targets"}
+    window = masked.pop()
+    assert window["document_ids"].tolist() == document_index(window["inputs"], 0).tolist()
+    assert window["document_ids"].tolist() == [0, 0, 0, 1]
+
+
 def test_document_index_starts_a_new_document_after_each_eos():
     ids = document_index(torch.tensor([4, 5, 0, 6, 0, 0, 7]), eos_id=0)
     assert ids.tolist() == [0, 0, 0, 1, 1, 2, 3]
