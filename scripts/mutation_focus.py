@@ -8,7 +8,8 @@ function that every training run reaches (the loss, the schedule, the activation
 the closing sample's ``filter_logits``) sends each of its mutants through every trainer test
 in the selection, 30-60 s a mutant here; the whole configured set would take about ten hours.
 This pass runs only the named tests, quick ones first, stopping at the first failure, with
-the mutant switched on by mutmut's own ``MUTANT_UNDER_TEST``.
+the mutant switched on by mutmut's own ``MUTANT_UNDER_TEST``, and a time limit per mutant
+(a mutant that loops forever is a *timeout*, which mutmut counts as caught too).
 
 A mutant killed here is killed. One that survives here is a candidate: a test not named may
 kill it (mutmut's full run decides), or no test does; read it (``mutmut show NAME``) and
@@ -24,6 +25,7 @@ import argparse
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,26 +46,45 @@ def mutant_names(results: str, prefix: str) -> list[str]:
     return names
 
 
-def judge(names: list[str], tests: list[str]) -> dict[str, bool]:
-    """{mutant: whether it survived the tests}, each mutant switched on in turn."""
+class MutantTimeoutError(Exception):
+    """Raised inside the tests when a mutant has run past its time (an endless loop)."""
+
+
+def _time_up(signum, frame) -> None:
+    raise MutantTimeoutError
+
+
+def judge(names: list[str], tests: list[str], limit_s: int) -> dict[str, str]:
+    """{mutant: "killed", "survived" or "timeout"}, each mutant switched on in turn."""
     import pytest
 
     os.chdir(MUTANTS)
     sys.path[:0] = [str(MUTANTS), str(MUTANTS / "tests")]
     args = ["-q", "-x", "-n", "0", "-p", "no:cacheprovider", "-m", SELECTION, *tests]
-    survived = {}
+    verdicts = {}
+    signal.signal(signal.SIGALRM, _time_up)
     for name in names:
         os.environ["MUTANT_UNDER_TEST"] = name
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            survived[name] = pytest.main(args) == 0
-        print(name, "survived" if survived[name] else "killed", flush=True)
-    return survived
+        output = io.StringIO()
+        signal.alarm(limit_s)
+        try:
+            with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+                code = pytest.main(args)
+        except MutantTimeoutError:
+            code = None
+        finally:
+            signal.alarm(0)
+        timed_out = code is None or "MutantTimeoutError" in output.getvalue()
+        verdicts[name] = "timeout" if timed_out else "survived" if code == 0 else "killed"
+        print(name, verdicts[name], flush=True)
+    return verdicts
 
 
-def main(argv: list[str] | None = None) -> dict[str, bool]:
+def main(argv: list[str] | None = None) -> dict[str, str]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("prefix", help="mutant names to judge start with this (a module + '.')")
     parser.add_argument("tests", nargs="+", help="test files or node ids, as pytest takes them")
+    parser.add_argument("--limit-s", type=int, default=60, help="time per mutant (default 60)")
     args = parser.parse_args(argv)
     if not MUTANTS.is_dir():
         raise SystemExit(f"no {MUTANTS}: run `mutmut run` until it has generated the mutants")
@@ -73,9 +94,10 @@ def main(argv: list[str] | None = None) -> dict[str, bool]:
     names = mutant_names(results, args.prefix)
     if not names:
         raise SystemExit(f"no mutant's name starts with {args.prefix!r}")
-    survived = judge(names, args.tests)
-    print(f"{sum(survived.values())} of {len(names)} survived the named tests")
-    return survived
+    verdicts = judge(names, args.tests, args.limit_s)
+    survivors = sum(v == "survived" for v in verdicts.values())
+    print(f"{survivors} of {len(names)} survived the named tests")
+    return verdicts
 
 
 if __name__ == "__main__":
