@@ -122,10 +122,11 @@ def test_a_refused_fresh_start_writes_nothing(corpus, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.mutation
 def test_what_a_resume_may_change_it_changes_and_the_run_goes_on(corpus, copy, caplog):
     overrides = base(corpus, copy)
     more = ["trainer.steps=6", "optim.weight_decay=0.05", "model.loss_chunk_tokens=16"]
-    with caplog.at_level("WARNING", logger="training.loop"):
+    with caplog.at_level("WARNING", logger="training.checkpoint.saving"):
         assert run_in_process([*overrides, *more]) == 0
     assert max(m["step"] for m in metrics(copy)) == 6
     changed = [r.getMessage() for r in caplog.records if "optimizer setting" in r.getMessage()]
