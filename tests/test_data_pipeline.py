@@ -86,6 +86,31 @@ def test_a_fresh_packer_holds_integers_and_adds_document_ids_only_when_asked():
     assert window["document_ids"].tolist() == [0, 0, 0, 1]
 
 
+def test_a_packer_restored_from_its_state_goes_on_with_the_same_windows():
+    packer = Packer(seq_len=4, eos_id=0)
+    packer.add([11, 12, 13, 14, 15, 16, 17])
+    assert packer.pop()["inputs"].tolist() == [11, 12, 13, 14]  # 15, 16, 17 stay
+    restored = Packer(seq_len=4, eos_id=0)
+    restored.load_state_dict(packer.state_dict())
+    for p in (packer, restored):
+        p.add([18, 19, 0])
+    assert restored.pop()["inputs"].tolist() == packer.pop()["inputs"].tolist() == [15, 16, 17, 18]
+    (tail,) = restored.flush()  # 19 and the EOS are left: one target, 19 -> 0
+    assert tail["targets"].tolist() == [0, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX]
+
+
+def test_each_packed_document_is_counted_and_begins_with_a_bos_when_the_run_adds_one():
+    from data.packing import pack_document
+    from data.tokenizers import ByteTokenizer
+
+    tokenizer, stats = ByteTokenizer(), Counter()
+    packer = Packer(seq_len=8, eos_id=tokenizer.eos_id)
+    assert list(pack_document(packer, tokenizer, "ab", True, stats)) == []  # 4 of 9 tokens
+    (window,) = pack_document(packer, tokenizer, "cdef", False, stats)
+    assert window["inputs"].tolist() == [256, 97, 98, 257, 99, 100, 101, 102]  # BOS a b EOS c..f
+    assert stats == {"documents": 2, "tokens": 4 + 5}
+
+
 def test_document_index_starts_a_new_document_after_each_eos():
     ids = document_index(torch.tensor([4, 5, 0, 6, 0, 0, 7]), eos_id=0)
     assert ids.tolist() == [0, 0, 0, 1, 1, 2, 3]
