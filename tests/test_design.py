@@ -101,6 +101,22 @@ def test_user_design_subtracts_the_integration_constant():
     assert set(dict(act.named_parameters())) == {"alpha_p", "alpha_n"}
 
 
+def test_printing_an_activation_shows_the_gradient_it_integrates():
+    """Each branch's ``alpha * g + beta`` with ``g`` by its base's name, then the trained values."""
+    cubic = "x > 0: alpha_p*[3x^2] + 0.5, x <= 0: alpha_n*[e^x-1 (eps=-1e-06)] + 0.5"
+    assert repr(get_activation("xielu_pos_cubic")) == (
+        f"DesignedActivation({cubic}, alpha_p=0.8, alpha_n=0.8)"
+    )
+    assert repr(get_activation("relu2")) == (
+        "NativeActivation(x > 0: 1*[2x] + 0, x <= 0: 0*[0] + 0)"
+    )
+    assert repr(get_activation("gelu_tanh")) == "NativeActivation(1*[GELU'-1/2 (tanh)] + 0.5)"
+    assert repr(get_activation("xsilu")) == "XSiLU(alpha*[SiLU'-1/2] + 0.5, alpha=1.6)"
+    assert "x <= 0: alpha_n*[e^x-1 (eps=-1e-06)] + beta" in repr(
+        get_activation("xielu_trainable_beta")
+    )
+
+
 def test_whole_line_design_has_a_single_alpha():
     from xielu.bases import silu_centered
 

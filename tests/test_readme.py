@@ -55,7 +55,9 @@ def library_tour(ns: dict) -> None:
 
 def designed_tanh(ns: dict) -> None:
     """The design example's comment: slope 2 alpha_p x + 0.5 above zero, alpha_n tanh(x) + 0.5
-    below (both alphas 0.8 through softplus at init), checked by autograd."""
+    below (both alphas 0.8 through softplus at init), checked by autograd; and what it prints,
+    as its last comment says."""
+    assert ns["printed"].strip() == ns["block"].strip().splitlines()[-1].removeprefix("# ")
     x = torch.linspace(-3, 3, 60, dtype=torch.float64).requires_grad_()
     (slope,) = torch.autograd.grad(ns["act"].double()(x).sum(), x)
     x = x.detach()

@@ -201,8 +201,16 @@ class DesignedActivation(Activation):
         return torch.where(x > 0, on("_p", x.clamp(min=0)), on("_n", x.clamp(max=0)))
 
     def extra_repr(self) -> str:
-        parts = [f"{k}={v:.4g}" for k, v in self.effective_scalars().items()]
-        return ", ".join(parts)
+        """Each branch's designed gradient (``g`` by its base's name), then the trainable
+        scalars' values: ``print(model)`` says which activation the gradients integrate to."""
+        where = {"_p": "x > 0: ", "_n": "x <= 0: ", "": ""}
+        terms = []
+        for suffix, branch in self._branches.items():
+            alpha = f"alpha{suffix}" if branch.alpha.trainable else f"{branch.alpha.init:g}"
+            beta = "beta" if self.design.trainable_beta else f"{branch.beta:g}"
+            terms.append(f"{where[suffix]}{alpha}*[{branch.base.name}] + {beta}")
+        scalars = [f"{k}={v:.4g}" for k, v in self.effective_scalars().items()]
+        return ", ".join([*terms, *scalars])
 
 
 def _refuse_changed_constants(module: DesignedActivation, incompatible_keys) -> None:
