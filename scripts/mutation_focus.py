@@ -26,24 +26,20 @@ import contextlib
 import io
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
+
+from scripts.common import read_mutant_statuses
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTANTS = ROOT / "mutants"
 SELECTION = "(not slow or mutation) and not gpu"  # what mutmut's run selects (pyproject.toml)
 
 
-def mutant_names(results: str, prefix: str) -> list[str]:
-    """The mutants in ``mutmut results --all true`` output whose names start with ``prefix``
-    (``training.step.`` for a module, ``training.step.x_train_step__`` for one function)."""
-    names = []
-    for line in results.splitlines():
-        name, sep, _ = line.strip().rpartition(": ")
-        if sep and "__mutmut_" in name and name.startswith(prefix):
-            names.append(name)
-    return names
+def mutant_names(statuses: dict[str, str], prefix: str) -> list[str]:
+    """The mutants whose names start with ``prefix`` (``training.step.`` for a module,
+    ``training.step.x_train_step__`` for one function), of ``common.mutant_statuses``."""
+    return [name for name in statuses if name.startswith(prefix)]
 
 
 class MutantTimeoutError(Exception):
@@ -88,10 +84,7 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
     args = parser.parse_args(argv)
     if not MUTANTS.is_dir():
         raise SystemExit(f"no {MUTANTS}: run `mutmut run` until it has generated the mutants")
-    results = subprocess.run(
-        ["mutmut", "results", "--all", "true"], capture_output=True, text=True, check=True, cwd=ROOT
-    ).stdout
-    names = mutant_names(results, args.prefix)
+    names = mutant_names(read_mutant_statuses(ROOT), args.prefix)
     if not names:
         raise SystemExit(f"no mutant's name starts with {args.prefix!r}")
     verdicts = judge(names, args.tests, args.limit_s)

@@ -15,28 +15,29 @@ NAME`` prints a mutant's diff.
 from __future__ import annotations
 
 import argparse
-import subprocess
 from collections import Counter, defaultdict
+from pathlib import Path
 
-from scripts.common import markdown
+from scripts.common import markdown, mutant_statuses, read_mutant_statuses
+
+ROOT = Path(__file__).resolve().parent.parent
 
 COLUMNS = ("killed", "survived", "no tests", "timeout")
 NOT_JUDGED = "not checked"  # mutmut's word for a mutant it has not run yet
 
 
 def parse_results(text: str) -> dict[str, dict[str, str]]:
-    """``mutmut results --all true`` output as {module: {mutant name: status}}.
+    """``mutmut results --all true`` output as {module: {mutant name: status}}."""
+    return grouped(mutant_statuses(text))
 
-    Mutant names are ``package.module.function__mutmut_N`` (``x_`` before a function name,
-    ``xǁClassǁ`` before a method); the module is everything before the function.
-    """
+
+def grouped(statuses: dict[str, str]) -> dict[str, dict[str, str]]:
+    """{mutant name: status} by module: everything before the function (``x_``/``xǁ`` in
+    ``common.mutant_statuses``' names)."""
     by_module: dict[str, dict[str, str]] = defaultdict(dict)
-    for line in text.splitlines():
-        name, sep, status = line.strip().rpartition(": ")
-        if not sep or "__mutmut_" not in name:
-            continue
+    for name, status in statuses.items():
         module = name.split(".x")[0] if ".x" in name else name.rsplit(".", 1)[0]
-        by_module[module][name] = status.strip()
+        by_module[module][name] = status
     return dict(by_module)
 
 
@@ -54,10 +55,7 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--survivors", action="store_true", help="list the surviving mutants")
     args = parser.parse_args(argv)
-    output = subprocess.run(
-        ["mutmut", "results", "--all", "true"], capture_output=True, text=True, check=True
-    ).stdout
-    by_module = parse_results(output)
+    by_module = grouped(read_mutant_statuses(ROOT))
     rows = score_rows(by_module)
     print("\n".join(markdown(["module", *COLUMNS, "not judged", "score"], rows)))
     if args.survivors:

@@ -132,6 +132,7 @@ def test_mutation_focus_picks_the_mutants_of_the_module_or_function_asked_for(
     monkeypatch, tmp_path
 ):
     from scripts import mutation_focus
+    from scripts.common import mutant_statuses
 
     text = """training/step.py:
     training.step.x_train_step__mutmut_1: not checked
@@ -139,11 +140,12 @@ def test_mutation_focus_picks_the_mutants_of_the_module_or_function_asked_for(
 training/step_health.py:
     training.step_health.xǁStepHealthǁsettle__mutmut_3: survived
 """
-    assert mutation_focus.mutant_names(text, "training.step.") == [
+    statuses = mutant_statuses(text)
+    assert mutation_focus.mutant_names(statuses, "training.step.") == [
         "training.step.x_train_step__mutmut_1",
         "training.step.x_token_weights__mutmut_2",
     ]
-    assert mutation_focus.mutant_names(text, "training.step.x_token_weights__") == [
+    assert mutation_focus.mutant_names(statuses, "training.step.x_token_weights__") == [
         "training.step.x_token_weights__mutmut_2"
     ]
     monkeypatch.setattr(mutation_focus, "MUTANTS", tmp_path / "mutants")
