@@ -40,12 +40,8 @@ def test_the_trainers_checkpoint_component_writes_as_configured(tmp_path, asynch
 
     config = ExperimentConfig()
     t = config.trainer
-    t.run_dir, t.keep_checkpoints, t.async_checkpoint, t.checkpoint_every = (
-        tmp_path,
-        3,
-        asynchronous,
-        7,
-    )
+    t.run_dir, t.keep_checkpoints, t.checkpoint_every = tmp_path, 3, 7
+    t.async_checkpoint = asynchronous
     component = Checkpointing(config, ENV)
     writer = component.writer
     assert (writer.run_dir, writer.keep, writer.asynchronous) == (tmp_path, 3, asynchronous)
