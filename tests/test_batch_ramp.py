@@ -79,9 +79,10 @@ def test_with_a_ramp_warmup_and_cooldown_cover_the_same_share_of_the_tokens():
     peak = config.optim.lr
     warmed = next(s for s, lr in enumerate(rates) if lr == peak)
     cooling = next(s for s in range(warmed, 1000) if rates[s] < peak)
-    # the first step at the peak has consumed ~10% of the tokens (to a step's share); the
-    # cooldown starts at 80% of them
-    assert plan.tokens_before(warmed - 1) / total < 0.1 <= plan.tokens_before(warmed) / total
+    # the first step at the peak is the first read at position warmup - 1 = 99 or later: it has
+    # consumed 9.9% of the tokens (to a step's share); the cooldown starts at 80% of them
+    assert plan.tokens_before(warmed - 1) / total < 0.099 <= plan.tokens_before(warmed) / total
+    assert max(rates) == peak  # the warmup's line is capped where a real position passes 99
     assert plan.tokens_before(cooling - 1) / total < 0.8 <= plan.tokens_before(cooling) / total
     assert plan.step_at(stable_phase_end(config.schedule, 1000)) == cooling
     assert plan.position(1000) == 1000 and plan.position(0) == 0

@@ -195,3 +195,34 @@ def test_the_results_table_reports_no_stable_loss_for_wsd_without_a_cooldown(tmp
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         row = summarise(str(run))
         assert (row["stable_loss"], row["final_loss"]) == (stable, 3.0)
+
+
+# positions a batch ramp hands the schedule (``training.batch_ramp``): real numbers, not steps
+POSITIONS = [k / 8 for k in range(0, 8 * 110)] + [9.9999, 10 - 1e-9, 79.5, 99.75]
+
+
+@pytest.mark.parametrize(
+    "name, warmup, decay, shape",
+    [
+        ("wsd", 10, 20, "1-sqrt"),
+        ("wsd", 10, 20, "linear"),
+        ("wsd", 10, 20, "cosine"),
+        ("wsd", 1, 0, "1-sqrt"),
+        ("cosine", 10, 0, "1-sqrt"),
+        ("cosine", 3, 0, "1-sqrt"),
+    ],
+)
+def test_every_schedule_stays_within_its_bounds_at_any_real_position(name, warmup, decay, shape):
+    """Never above the peak anywhere; during warmup a rise from above 0, after it never below
+    min_lr; and at whole steps the formula of the docstrings, unchanged."""
+    optim = OptimConfig(lr=LR, min_lr=MIN)
+    config = ScheduleConfig(name, warmup_steps=warmup, decay_steps=decay, decay_shape=shape)
+    rates = [learning_rate(p, 100, optim, config) for p in POSITIONS]
+    for position, rate in zip(POSITIONS, rates, strict=True):
+        assert 0 < rate <= LR, (position, rate)
+        if position >= warmup:
+            assert rate >= MIN, (position, rate)
+    warming = [rate for position, rate in zip(POSITIONS, rates, strict=True) if position < warmup]
+    assert warming == sorted(warming)
+    for step in range(warmup):
+        assert learning_rate(step, 100, optim, config) == pytest.approx(LR * (step + 1) / warmup)

@@ -2,7 +2,10 @@
 and the one place that maps ``schedule.name`` to its schedule.
 
 Warmup is linear from ``lr / warmup`` at step 0 to ``lr`` at step ``warmup - 1`` (no step is
-taken at lr = 0).
+taken at lr = 0). The step may be a real number: under a batch ramp the schedule is read at the
+step's share of the run's tokens (``training.batch_ramp``), so every formula holds between
+whole steps too, and the warmup is capped at the peak (between steps ``warmup - 1`` and
+``warmup`` its line would otherwise climb past it).
 
 Adding a schedule is one function of the step and one ``register_schedule(...)`` call: the
 config check (``training.checks.check_config``), the trainer and the report scripts all ask
@@ -25,20 +28,25 @@ from training.config import ConfigError, OptimConfig, ScheduleConfig
 WSD_DECAY_SHAPES = ("1-sqrt", "linear", "cosine")
 
 
+def _warmup(step: float, lr: float, warmup: int) -> float:
+    """``lr * (step + 1) / warmup``, never above ``lr`` (a real step past ``warmup - 1``)."""
+    return lr * min((step + 1) / warmup, 1.0)
+
+
 def wsd(
-    step: int, total: int, lr: float, min_lr: float, warmup: int, decay: int, shape: str
+    step: float, total: int, lr: float, min_lr: float, warmup: int, decay: int, shape: str
 ) -> float:
     """Warmup-stable-decay (Hägele et al. 2024; the paper's main runs).
 
-    warmup: lr * (step + 1) / warmup                        for step < warmup
+    warmup: lr * min((step + 1) / warmup, 1)                for step < warmup
     stable: lr                                              until decay_start = total - decay
     decay:  min + (lr - min) * f(p), p = (step - decay_start) / decay, for step >= decay_start
             f = 1 - sqrt(p) (``1-sqrt``), 1 - p (``linear``), (1 + cos(pi p)) / 2 (``cosine``)
     """
     if step < warmup:
-        return lr * (step + 1) / warmup
+        return _warmup(step, lr, warmup)
     decay_start = total - decay
-    if step < decay_start:
+    if step < decay_start or decay == 0:  # no cooldown: the peak holds past the end too
         return lr
     p = min((step - decay_start) / decay, 1.0)
     if shape == "1-sqrt":
@@ -52,16 +60,16 @@ def wsd(
     return min_lr + (lr - min_lr) * f
 
 
-def cosine(step: int, total: int, lr: float, min_lr: float, warmup: int) -> float:
+def cosine(step: float, total: int, lr: float, min_lr: float, warmup: int) -> float:
     """Linear warmup, then min + (lr - min) * (1 + cos(pi p)) / 2 with p = (step - warmup) /
     (total - warmup) (the paper's ablations: 6e-4 -> 6e-5)."""
     if step < warmup:
-        return lr * (step + 1) / warmup
+        return _warmup(step, lr, warmup)
     p = min((step - warmup) / max(total - warmup, 1), 1.0)
     return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * p))
 
 
-Rate = Callable[[int, int, OptimConfig, ScheduleConfig], float]
+Rate = Callable[[float, int, OptimConfig, ScheduleConfig], float]
 
 
 @dataclass(frozen=True)
@@ -133,12 +141,12 @@ def stable_phase_end(schedule: ScheduleConfig, steps: int) -> int | None:
     return spec.stable_end(schedule, steps) if spec.stable_end is not None else None
 
 
-def learning_rate(step: int, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
+def learning_rate(step: float, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
     """The rate of the registered schedule ``schedule.name`` at ``step`` of ``total``."""
     return schedule_spec(schedule.name).rate(step, total, optim, schedule)
 
 
-def _wsd_rate(step: int, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
+def _wsd_rate(step: float, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
     return wsd(
         step,
         total,
@@ -168,7 +176,7 @@ def _wsd_check(schedule: ScheduleConfig, steps: int) -> None:
         )
 
 
-def _cosine_rate(step: int, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
+def _cosine_rate(step: float, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
     return cosine(step, total, optim.lr, optim.min_lr, schedule.warmup_steps)
 
 
