@@ -21,7 +21,7 @@ COUNTERS = (
     "documents",  # documents packed into training windows (text sources)
     "tokens",  # their tokens, BOS/EOS included (text sources); windows x seq_len (tokenized)
     "windows",  # training windows yielded (tokenized)
-    "bad_records",  # not UTF-8 / JSON, no text field, or text not a string
+    "bad_records",  # not UTF-8 / JSON, no text field, text not a string or not encodable
     "empty_documents",  # empty or whitespace-only text
     "filtered_documents",  # below data.min_int_score
     "bad_files",  # unreadable files or row groups, or files that stop early

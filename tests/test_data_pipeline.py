@@ -1,5 +1,6 @@
 """Packing, sharding over ranks x workers, exact resume, validation slice, bad data."""
 
+import json
 from collections import Counter
 
 import pyarrow as pa
@@ -267,6 +268,39 @@ def test_bad_records_are_skipped_and_counted(tmp_path, caplog):
     assert stats["bad_records"] == 6  # None, bad json, latin-1, missing field, 42, a list
     assert stats["bad_files"] == 1 and "c.parquet" in caplog.text
     assert len(windows) > 0
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "mistral_nemo"])
+def test_a_lone_surrogate_is_a_bad_record_for_every_tokenizer(tmp_path, tokenizer):
+    """Valid JSON that no tokenizer can encode (scraped web text has it): skipped and counted
+    where the text is read, so a rerun does not stop at the same record again."""
+    good = "A real sentence about gradients and activation functions. " * 5
+    (tmp_path / "a.jsonl").write_text(
+        json.dumps({"text": good}) + "\n"
+        '{"text": "bad \\ud800 half of a pair"}\n'
+        '{"text": "\\udfff"}\n' + json.dumps({"text": good}) + "\n"
+    )
+    cfg = DataConfig(
+        source="local",
+        paths=[str(tmp_path / "a.jsonl")],
+        seq_len=16,
+        validation_documents=0,
+        shuffle=False,
+        tokenizer=TokenizerConfig(tokenizer),
+    )
+    stream = TextStream(cfg, epochs=1)
+    windows = list(stream)
+    stats = stream.state_dict()["pending"]["stats"]
+    assert (stats["documents"], stats["bad_records"]) == (2, 2)
+    assert len(windows) > 0
+
+
+def test_the_streamed_source_skips_what_the_file_sources_skip():
+    from data.sources.fineweb_edu import _document
+
+    assert _document({"text": "fine"}, "text") == "fine"
+    for text in ("bad \ud800 half", "  \n", None, 42):
+        assert _document({"text": text}, "text") is None
 
 
 def test_missing_text_column_names_the_file(tmp_path):

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from data.config import DataConfig
+from data.documents import document_text
 from data.packing import Packer, pack_document
 from data.partition import worker_stream
 from data.registry import DataSource, register
@@ -99,8 +100,8 @@ def open_stream(config: DataConfig):
 
 
 def _document(record: dict, column: str) -> str | None:
-    text = record.get(column)
-    return text if isinstance(text, str) and text.strip() else None
+    """The record's document, or None when ``data.documents`` skips it."""
+    return document_text(record.get(column))[0]
 
 
 def held_out_records(config: DataConfig) -> int:

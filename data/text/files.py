@@ -6,7 +6,8 @@ agrees on the global document order without talking to the others.
 
 Bad data never stops a run halfway without a message: an unreadable file or row group is skipped
 with a warning; a record that is not valid UTF-8 or JSON, lacks the text field, or holds a
-non-string is a bad record; an empty or whitespace-only document is an empty document. Reading
+non-string is a bad record, and so is text with no UTF-8 encoding (``data.documents``, the rule
+every source applies); an empty or whitespace-only document is an empty document. Reading
 names each skipped record's counter instead of counting it, so that the caller can count each
 record once however many streams read it (``data.text.stream``). A parquet file without the text
 column is a configuration error and stops at once, naming it.
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from data.config import DataConfig
+from data.documents import document_text
 from data.paths import expand_paths, fingerprint
 
 log = logging.getLogger(__name__)
@@ -132,10 +134,9 @@ class TextSource:
                     yield index, row, text
 
     def _keep(self, text, score) -> tuple[str | None, str | None]:
-        if not isinstance(text, str):
-            return None, "bad_records"
-        if not text.strip():
-            return None, "empty_documents"
+        text, skipped = document_text(text)
+        if text is None:
+            return None, skipped
         if self.min_int_score is not None and (score is None or score < self.min_int_score):
             return None, "filtered_documents"
         return text, None
