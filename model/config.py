@@ -40,6 +40,8 @@ BOUNDS = {
     "loss_chunk_tokens": 1,
     "rope_original_max_seq_len": 1,
 }
+# the float knobs that must be above 0 (written ``not value > 0``, which refuses NaN too)
+POSITIVE = ("norm_eps", "init_std", "rope_theta", "rope_scaling_factor")
 ROPE_SCALINGS = ("linear", "llama3")
 
 
@@ -142,6 +144,9 @@ class ModelConfig:
             value = getattr(self, key)
             if value is not None and value < minimum:
                 raise ValueError(f"model.{key} must be positive, got {value}")
+        for key in POSITIVE:
+            if not getattr(self, key) > 0:
+                raise ValueError(f"model.{key} must be positive, got {getattr(self, key)}")
         if self.dim % self.n_heads:
             raise ValueError(
                 f"model.dim={self.dim} is not divisible by model.n_heads={self.n_heads}"
@@ -152,10 +157,6 @@ class ModelConfig:
             raise ValueError(
                 f"model.n_heads={self.n_heads} is not a multiple of model.n_kv_heads="
                 f"{self.kv_heads}: each key/value head serves a whole group of query heads"
-            )
-        if self.rope_scaling_factor <= 0:
-            raise ValueError(
-                f"model.rope_scaling_factor must be positive, got {self.rope_scaling_factor}"
             )
         if self.attention not in KERNELS:
             raise ValueError(

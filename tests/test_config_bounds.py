@@ -5,12 +5,14 @@ config), the schedule's and the trainer's by ``training.checks.check_config``; b
 run starts.
 """
 
+import math
 import re
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 
 import pytest
 
 from data.config import BOUNDS as DATA_BOUNDS
+from data.config import DataConfig, MixtureSource
 from model.config import BOUNDS as MODEL_BOUNDS
 from training.checks import check_config
 from training.config import BOUNDS as TRAINER_BOUNDS
@@ -48,3 +50,66 @@ def test_the_checks_write_nothing_into_the_config():
     check_config(config)
     assert repr(config) == before
     assert config.sequences_per_step == 16 and config.trainer.global_batch == 8
+
+
+def _float_keys(node, prefix: str) -> list[str]:
+    """Every float field of the schema, by its dotted key."""
+    keys = []
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if is_dataclass(value):
+            keys += _float_keys(value, f"{prefix}{f.name}.")
+        elif f.type == "float":
+            keys.append(prefix + f.name)
+    return keys
+
+
+FLOAT_KEYS = _float_keys(ExperimentConfig(), "")
+
+
+def _refused(config_of, key: str) -> None:
+    """Building the config (its dataclasses' own checks) or checking it raises, naming key."""
+    with pytest.raises(ValueError, match=re.escape(key)):
+        check_config(config_of())
+
+
+def test_the_schema_has_the_float_settings_the_issue_names():
+    for key in ("optim.lr", "optim.grad_clip", "optim.eps", "model.init_std", "model.norm_eps"):
+        assert key in FLOAT_KEYS
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+def test_every_float_setting_refuses_a_non_finite_value_by_name(key, value):
+    _refused(lambda: _with(ExperimentConfig(), key, value), key)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("optim.eps", -1.0),
+        ("optim.eps", 0.0),
+        ("optim.weight_decay", -0.1),
+        ("model.init_std", 0.0),
+        ("model.norm_eps", -1e-5),
+        ("model.rope_theta", 0.0),
+        ("optim.ademamix_alpha", -1.0),
+    ],
+)
+def test_a_float_setting_out_of_its_range_is_refused_by_name(key, value):
+    _refused(lambda: _with(ExperimentConfig(), key, value), key)
+
+
+def test_a_float_inside_a_list_or_a_mapping_is_checked_too():
+    def mixture(weight):
+        sources = [MixtureSource(name="a", weight=weight), MixtureSource(name="b")]
+        return replace(ExperimentConfig(), data=DataConfig(source="mixture", sources=sources))
+
+    _refused(lambda: mixture(math.inf), "data.sources[0].weight")
+    _refused(lambda: _with(ExperimentConfig(), "optim.betas", (0.9, math.nan)), "optim.betas")
+    kwargs = {"alpha_p_init": math.nan}
+    _refused(
+        lambda: _with(ExperimentConfig(), "model.activation_kwargs", kwargs),
+        "model.activation_kwargs.alpha_p_init",
+    )
+    check_config(mixture(3.0))

@@ -146,6 +146,18 @@ def test_train_py_says_what_differs_in_one_message_without_a_traceback(corpus, c
     assert run_config(copy).model == config.model
 
 
+@pytest.mark.slow
+def test_train_py_refuses_a_non_finite_setting_and_leaves_no_directory(corpus, tmp_path):
+    """Hydra made ``hydra.run.dir`` (the run directory) before the config was checked: a
+    refused start on a new run directory left it there, empty."""
+    run_dir = tmp_path / "fresh"
+    code, output = run(base(corpus, run_dir, **{"optim.lr": "inf"}))
+    assert code == 1
+    assert "invalid configuration: optim.lr must be a finite number, got inf" in output
+    assert "Traceback" not in output
+    assert not run_dir.exists()
+
+
 def test_the_documented_list_is_the_one_the_refusal_follows():
     text = (ROOT / "docs" / "training.md").read_text()
     table = text.split("### What a resume may change")[1].split("\n## ")[0]

@@ -3,7 +3,8 @@
 Each check lives with the keys it checks: the model's and the data's values in their
 dataclasses (refused when the config is composed), the files ``data.paths`` names with the data
 (``DataConfig.check_inputs``), a schedule's with the schedule (``training.schedule``), the
-trainer's, optimizer's and logging's in ``training.config``. This module only calls them, in
+trainer's, optimizer's and logging's in ``training.config``, and there too the one rule every
+float setting shares, whoever owns it: finite (``check_finite``). This module only calls them, in
 that order, and writes nothing into the config: values derived from others (the global batch
 from ``trainer.global_batch_tokens``) are computed where they are read
 (``ExperimentConfig.sequences_per_step``). The checks that need the tokenizer run once it is
@@ -19,12 +20,13 @@ import torch
 
 from data import get_source
 from training.batch_ramp import check_batch_ramp
-from training.config import ConfigError, ExperimentConfig, check_trainer
+from training.config import ConfigError, ExperimentConfig, check_finite, check_trainer
 from training.schedule import check_schedule
 
 
 def check_config(config: ExperimentConfig, world_size: int = 1) -> None:
     """Raise ConfigError naming the key when the run cannot work as configured."""
+    check_finite(config)  # first: every range check below would let a NaN through
     check_trainer(config, world_size)
     check_batch_ramp(config, world_size)
     check_schedule(config.schedule, config.trainer.steps)

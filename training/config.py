@@ -8,7 +8,9 @@ everything else, before any model is built or any file written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from data.config import DataConfig
 from model.config import ModelConfig
@@ -310,7 +312,8 @@ CHOICES = {
 
 
 # the smallest value of each of the trainer's numeric knobs (the model's, the data's and the
-# schedule's are checked with their keys: model/config.py, data/config.py, training/schedule.py)
+# schedule's are checked with their keys: model/config.py, data/config.py, training/schedule.py);
+# every float is also checked finite, by one rule for all (check_finite)
 BOUNDS = {
     "trainer.steps": 1,
     "trainer.global_batch": 1,
@@ -330,9 +333,20 @@ BOUNDS = {
     "logging.outliers_every": 0,
     "optim.goldfish_k": 0,
     "optim.goldfish_h": 1,
+    "optim.weight_decay": 0,
+    "optim.z_loss": 0,
+    "optim.grad_clip": 0,
     "optim.ademamix_alpha": 0,
     "optim.ademamix_alpha_warmup": 0,
     "optim.ademamix_beta3_warmup": 0,
+}
+# the float knobs that must be above 0, not only at or above it
+POSITIVE = ("optim.lr", "optim.eps", "optim.scalar_lr_multiplier", "trainer.spike_threshold")
+# what a refusal of these adds to "must be ...", for a rule whose reason is not plain
+WHY = {
+    "optim.lr": "0 trains nothing",
+    "optim.eps": "Adam divides by sqrt(v) + eps",
+    "optim.grad_clip": "0: no clipping; a negative clip climbs the gradient",
 }
 
 
@@ -350,6 +364,40 @@ def config_value(config: ExperimentConfig, dotted: str):
     return value
 
 
+def non_finite_settings(node: object, key: str = "") -> Iterator[tuple[str, float]]:
+    """``(dotted key, value)`` of every float in ``node`` that is not a finite number, however
+    deep: dataclass fields, list and tuple items (``data.sources[0].weight``, ``optim.betas[1]``)
+    and mapping values (``model.activation_kwargs.alpha_p_init``).
+
+    One rule for every float setting, because a range check cannot be trusted with them: every
+    comparison with NaN is false, so ``x < 0`` lets it through, and infinity is above any
+    bound. Both then reached the run (a NaN loss at step 1, a mixture source taking every token).
+    """
+    if isinstance(node, float):
+        if not math.isfinite(node):
+            yield key, node
+    elif is_dataclass(node):
+        for f in fields(node):
+            yield from non_finite_settings(getattr(node, f.name), f"{key}.{f.name}".lstrip("."))
+    elif isinstance(node, (list, tuple)):
+        for i, item in enumerate(node):
+            yield from non_finite_settings(item, f"{key}[{i}]")
+    elif isinstance(node, dict):
+        for name, item in node.items():
+            yield from non_finite_settings(item, f"{key}.{name}")
+
+
+def check_finite(config: ExperimentConfig) -> None:
+    """Refuse the first float setting that is NaN or infinite, naming its key."""
+    for key, value in non_finite_settings(config):
+        raise ConfigError(f"{key} must be a finite number, got {value}")
+
+
+def _must_be(key: str, rule: str, value: object) -> ConfigError:
+    why = f" ({WHY[key]})" if key in WHY else ""
+    return ConfigError(f"{key} must be {rule}{why}, got {value}")
+
+
 def check_trainer(config: ExperimentConfig, world_size: int = 1) -> None:
     """The trainer's, optimizer's and logging's keys, alone and against each other; raises
     ConfigError naming the key. Changes nothing (``training.checks.check_config`` calls it)."""
@@ -360,7 +408,10 @@ def check_trainer(config: ExperimentConfig, world_size: int = 1) -> None:
     for key, minimum in BOUNDS.items():
         if config_value(config, key) < minimum:
             rule = "positive" if minimum == 1 else f">= {minimum}"
-            raise ConfigError(f"{key} must be {rule}, got {config_value(config, key)}")
+            raise _must_be(key, rule, config_value(config, key))
+    for key in POSITIVE:
+        if not config_value(config, key) > 0:
+            raise _must_be(key, "positive", config_value(config, key))
     t, o = config.trainer, config.optim
     if t.global_batch_tokens is not None and (
         t.global_batch_tokens <= 0 or t.global_batch_tokens % config.data.seq_len
@@ -381,30 +432,14 @@ def check_trainer(config: ExperimentConfig, world_size: int = 1) -> None:
             f"{given} is not divisible by trainer.micro_batch={t.micro_batch} x world size "
             f"{world_size}"
         )
-    if o.scalar_lr_multiplier <= 0:
-        raise ConfigError(
-            f"optim.scalar_lr_multiplier must be positive, got {o.scalar_lr_multiplier}"
-        )
-    if t.spike_window == 1 or t.spike_threshold <= 0:
-        raise ConfigError(
-            f"trainer.spike_window={t.spike_window} must be 0 (off) or >= 2, and "
-            f"trainer.spike_threshold={t.spike_threshold} positive"
-        )
+    if t.spike_window == 1:
+        raise ConfigError(f"trainer.spike_window={t.spike_window} must be 0 (off) or >= 2")
     p = t.profile_steps
     if p and not (len(p) == 2 and 1 <= p[0] <= p[1] <= t.steps):
         raise ConfigError(
             f"trainer.profile_steps={list(p)} must be [first, last] with 1 <= first <= last <= "
             f"trainer.steps={t.steps}"
         )
-    if o.lr <= 0:
-        raise ConfigError(f"optim.lr must be positive (0 trains nothing), got {o.lr}")
-    if o.grad_clip < 0:
-        raise ConfigError(
-            f"optim.grad_clip must be >= 0 (0: no clipping; a negative clip climbs the "
-            f"gradient), got {o.grad_clip}"
-        )
-    if o.z_loss < 0:
-        raise ConfigError(f"optim.z_loss must be >= 0, got {o.z_loss}")
     check_optimizer(o)
     if o.goldfish_k and o.goldfish_h >= config.data.seq_len:
         raise ConfigError(
