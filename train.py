@@ -18,6 +18,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from data import DataError
 from eval.downstream import during_training
 from training.checkpoint import IncompatibleCheckpointError, NoLoadableCheckpointError
 from training.config import ConfigError, ExperimentConfig, register_configs, to_experiment
@@ -67,6 +68,8 @@ def main(cfg: DictConfig) -> None:
         sys.exit(f"invalid configuration: {error}")
     except (IncompatibleCheckpointError, NoLoadableCheckpointError) as error:  # nothing changed
         sys.exit(f"cannot resume: {error}")
+    except DataError as error:  # found on the first batch, drawn before anything is written
+        sys.exit(f"cannot train on this data: {error}")
     except BaseException:
         end_failed_run_within(FAILED_EXIT_DEADLINE_S)
         raise

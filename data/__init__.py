@@ -8,9 +8,9 @@ share ``data.text``. A resume takes every rank's saved data state from the check
 """
 
 from data.config import DataConfig, TokenizerConfig
-from data.loader import build_loader, counters
+from data.loader import build_loader, counters, first_batch
 from data.packing import IGNORE_INDEX
-from data.registry import available_sources, get_source
+from data.registry import DataError, available_sources, get_source
 from data.restore import needs_every_rank, restore_loader
 from data.tokenizers import Tokenizer, load_tokenizer
 from data.validation import build_validation_loader
@@ -18,12 +18,14 @@ from data.validation import build_validation_loader
 __all__ = [
     "IGNORE_INDEX",
     "DataConfig",
+    "DataError",
     "Tokenizer",
     "TokenizerConfig",
     "available_sources",
     "build_loader",
     "build_validation_loader",
     "counters",
+    "first_batch",
     "get_source",
     "load_tokenizer",
     "needs_every_rank",

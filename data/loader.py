@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import multiprocessing
 import multiprocessing.util  # registers its exit hook now, before ours: ours runs first (LIFO)
 import signal
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 
 from data.config import DataConfig
 from data.mixture import COUNTER_PREFIX
-from data.registry import get_source
+from data.registry import DataError, get_source
 
 # Always reported by ``counters``, so every rank all-reduces the same keys.
 COUNTERS = (
@@ -105,6 +107,26 @@ def build_loader(config: DataConfig, batch_size: int, rank: int = 0, world_size:
         worker_init_fn=ignore_stop_signals,
         snapshot_every_n_steps=1,
     )
+
+
+def first_batch(loader) -> tuple[Iterator[dict], DataError | None]:
+    """``(batches, None)``: the loader's iterator with its first batch drawn and put back in
+    front; ``(None, error)`` when the data cannot feed that batch (``data.registry.DataError``).
+
+    The trainer calls it before it writes anything, so that data which cannot feed a step is a
+    refusal like a bad setting, not a traceback in a run directory already written. A worker's
+    error reaches this process as "Caught DataError in DataLoader worker process 0. Original
+    Traceback ...": its own message is taken back out of that.
+    """
+    batches = iter(loader)
+    try:
+        first = next(batches)
+    except DataError as error:
+        message = str(error)
+        if "Original Traceback" in message:
+            message = message.rsplit(f"{DataError.__name__}: ", 1)[-1].strip()
+        return None, DataError(message)
+    return itertools.chain([first], batches), None
 
 
 def counters(loader_state: dict) -> dict[str, int]:

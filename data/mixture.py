@@ -32,7 +32,7 @@ import torch
 
 from data.config import DataConfig
 from data.partition import worker_stream
-from data.registry import get_source
+from data.registry import DataError, get_source
 from data.repartition import CannotRepartitionError, new_identity
 from data.resumable import ResumableStream
 
@@ -88,9 +88,9 @@ class MixtureStream(ResumableStream):
             i = next_source(counts, weights)
             try:
                 window = next(windows[i])
-            except RuntimeError as error:  # e.g. a source left empty by its held-out documents
+            except DataError as error:  # e.g. a source left empty by its held-out documents
                 entry = self.config.sources[i]
-                raise RuntimeError(f"data.sources[{i}] ({entry.name}): {error}") from error
+                raise DataError(f"data.sources[{i}] ({entry.name}): {error}") from error
             counts[i] += 1
             yield window
 

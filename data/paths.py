@@ -26,6 +26,12 @@ def expand_paths(patterns: list[str], suffixes: tuple[str, ...]) -> list[str]:
     return sorted(files)
 
 
+def listing(files: list[str]) -> list[str]:
+    """``name:size`` of each file: what the fingerprint hashes, kept so that a refused resume
+    can say which file was added, removed or changed size (``data.resumable``)."""
+    return [f"{Path(path).name}:{os.path.getsize(path)}" for path in files]
+
+
 def fingerprint(files: list[str], extra: str = "") -> str:
     """Identifies the data: file names, sizes and modification-independent contents' sizes."""
     digest = hashlib.sha256(extra.encode())

@@ -27,6 +27,16 @@ if TYPE_CHECKING:
     from torch.utils.data import IterableDataset
 
 Config = Any  # a ``data.config.DataConfig``
+
+
+class DataError(ValueError):
+    """The data cannot feed the run as configured (no training document after the held-out
+    ones, files changed since the checkpoint): what a source raises, at the latest when its
+    first window is drawn, which the trainer does before it writes anything. The message names
+    the setting and what to do; raised in a DataLoader worker, it reaches the main process with
+    the worker's traceback around it (``data.loader.first_batch`` takes it off)."""
+
+
 Window = dict[str, "torch.Tensor"]
 
 

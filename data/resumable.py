@@ -23,21 +23,44 @@ from collections.abc import Callable
 from torch.utils.data import IterableDataset
 
 from data.partition import worker_stream
+from data.registry import DataError
+
+
+def files_changed(saved: list[str], current: list[str]) -> str:
+    """What differs between two ``data.paths.listing``s, in words."""
+    sizes = [dict(entry.rsplit(":", 1) for entry in listing) for listing in (saved, current)]
+    old, new = sizes
+    parts = [f"added {name} ({new[name]} bytes)" for name in new if name not in old]
+    parts += [f"removed {name}" for name in old if name not in new]
+    parts += [
+        f"{name} changed size ({old[name]} -> {new[name]} bytes)"
+        for name in new
+        if name in old and old[name] != new[name]
+    ]
+    return "; ".join(parts)
 
 
 def check_same_identity(saved: dict, current: dict) -> None:
     """Refuse a resume whose data, tokenizer, sequence length or stream layout differ from the
-    checkpoint's."""
+    checkpoint's. A key the checkpoint did not record (``files``, before it was) is not
+    compared: the fingerprint (``source``) still is."""
     for key, value in current.items():
-        if saved.get(key) == value:
+        if key not in saved or saved[key] == value:
             continue
+        if key == "files":
+            raise DataError(
+                f"cannot resume: the files data.paths matches changed since the checkpoint was "
+                f"written: {files_changed(saved[key], value)}. Every stream's position is a "
+                "place in those files, so a resume must read the same ones: restore them, or "
+                "start a new run on the new files (another trainer.run_dir)"
+            )
         if key == "n_streams":
-            raise ValueError(
+            raise DataError(
                 f"cannot resume the data pipeline: the checkpoint's data was read by "
                 f"{saved.get(key)} streams (world size x workers) and this run has {value}; "
                 "resume through data.restore_loader, which re-partitions the streams"
             )
-        raise ValueError(
+        raise DataError(
             f"cannot resume the data pipeline: its {key} was {saved.get(key)!r} when the "
             f"checkpoint was written and is {value!r} now (a different dataset, tokenizer or "
             "sequence length); start a new run or restore the original setting"

@@ -101,6 +101,7 @@ class TokenCorpus:
 
     def __init__(self, config: DataConfig) -> None:
         files = expand_paths(config.paths, (".bin",))
+        self.files = files
         self.shards = [Shard(f) for f in files]
         eos = {s.eos_id for s in self.shards}
         if len(eos) != 1:

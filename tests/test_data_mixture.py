@@ -14,7 +14,15 @@ import pytest
 import torch
 from test_data_repartition import assert_same_states, stream_states, take
 
-from data import DataConfig, TokenizerConfig, build_loader, counters, get_source, restore_loader
+from data import (
+    DataConfig,
+    DataError,
+    TokenizerConfig,
+    build_loader,
+    counters,
+    get_source,
+    restore_loader,
+)
 from data.config import MixtureSource
 from data.mixture import next_source
 from data.packing import IGNORE_INDEX
@@ -319,5 +327,6 @@ def test_a_source_that_cannot_re_partition_is_named_with_what_to_do(corpora):
 def test_a_source_left_empty_by_its_held_out_documents_is_named(corpora):
     config = mixture_config(corpora)
     config.sources[0].validation_documents = 1000
-    with pytest.raises(RuntimeError, match=r"data\.sources\[0\] \(long\): .*holding out 1000"):
+    message = r"data\.sources\[0\] \(long\): .*40 documents and data\.validation_documents=1000"
+    with pytest.raises(DataError, match=message):
         take(build_loader(config, 4), 2)

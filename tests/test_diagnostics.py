@@ -61,6 +61,14 @@ def test_diagnostics_equal_a_hand_computation_of_each_layers_mlp(activation):
             x = layer(x, cos, sin)
 
 
+def test_no_held_out_batch_on_any_rank_gives_no_statistics():
+    """``data.validation_documents=0``: nothing to measure, nothing logged (it divided by a
+    count of zero at step 0 and stopped the run)."""
+    env = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    trained = parallelize(_tiny(), env, ParallelPlan())
+    assert mlp_diagnostics(trained, None, env.device, (3, 16)) == []
+
+
 def test_the_statistics_of_known_maps():
     x = np.linspace(-2.0, 2.0, 4001)  # symmetric: mean 0, and 0 itself is not below zero
 

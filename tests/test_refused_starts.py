@@ -9,6 +9,7 @@ see the run that was trained.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -156,6 +157,50 @@ def test_train_py_refuses_a_non_finite_setting_and_leaves_no_directory(corpus, t
     assert "invalid configuration: optim.lr must be a finite number, got inf" in output
     assert "Traceback" not in output
     assert not run_dir.exists()
+
+
+def _jsonl(path: Path, texts: list) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case, texts, message",
+    [
+        ("an empty file", [], r"no training document"),
+        ("every document held out", ["a document of words. " * 20] * 8, r"validation_documents=8"),
+        ("no record with text", [None, 5, "  "] * 60, r"bad_records.: 120"),
+    ],
+)
+def test_data_that_cannot_feed_a_step_is_refused_before_any_write(tmp_path, case, texts, message):
+    """Found once the trainer draws its first batch, which it does before it writes anything;
+    the refusal names the data setting and what the pipeline counted."""
+    data = _jsonl(tmp_path / "data" / "part.jsonl", texts)
+    run_dir = tmp_path / "run"
+    overrides = base(tmp_path, run_dir, **{"data.paths": f"[{data}]"})
+    with pytest.raises(ValueError, match=rf"data\.paths.*{message}|{message}.*data\.paths"):
+        run_in_process(overrides)
+    assert not run_dir.exists()
+
+
+@pytest.mark.slow
+def test_a_corpus_whose_files_changed_since_the_checkpoint_is_refused_naming_them(corpus, tmp_path):
+    """A glob that now matches another file (one added, or shards replaced in the folder the
+    run reads) would shift every stream's position: refused, saying which file changed."""
+    data = Path(shutil.copytree(corpus, tmp_path / "data"))
+    run_dir = tmp_path / "run"
+    overrides = base(corpus, run_dir, **{"data.paths": f"[{data}/*.parquet]"})
+    assert run_in_process(overrides) == 0
+    shutil.copy(data / "part_000.parquet", data / "part_003.parquet")
+    before = snapshot(run_dir)
+    more = [*overrides, "trainer.steps=6"]
+    with pytest.raises(ValueError, match=r"added part_003\.parquet .*trainer\.run_dir"):
+        run_in_process(more)
+    assert snapshot(run_dir) == before
+    (data / "part_003.parquet").unlink()
+    assert run_in_process(more) == 0
 
 
 def test_the_documented_list_is_the_one_the_refusal_follows():

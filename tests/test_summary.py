@@ -3,6 +3,7 @@ commands to run next."""
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -71,6 +72,24 @@ def test_a_loss_near_the_entropy_says_to_train_longer(tiny, tmp_path):
     assert "train longer" in line
     (line, *_) = run_summary(model, tokenizer, batches, tmp_path, config)  # nothing logged
     assert line.startswith("validation loss: none logged")
+
+
+def test_none_logged_says_why_from_the_run_s_settings(tiny, tmp_path):
+    """The hint named trainer.eval_every=0 whatever the reason; and a logged loss whose slice
+    this process never read (a resume) came out as none logged."""
+    model, tokenizer, config = tiny
+    batches = [batch([0, 1, 2, 3])]
+
+    def first_line(config, val_loss=None, batches=batches):
+        return run_summary(model, tokenizer, batches, tmp_path, config, val_loss=val_loss)[0]
+
+    held_none = replace(config, data=replace(config.data, validation_documents=0))
+    assert "none logged (data.validation_documents=0" in first_line(held_none)
+    never = replace(config, trainer=replace(config.trainer, eval_every=0))
+    assert "none logged (trainer.eval_every=0" in first_line(never)
+    assert "trainer.eval_every=0" not in first_line(config)
+    line = first_line(config, val_loss=1.3, batches=None)
+    assert line.startswith("validation loss 1.300 nats/token") and "none logged" not in line
 
 
 def test_an_activation_transformers_lacks_gets_no_export_command(tmp_path):

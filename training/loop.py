@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from data import build_loader, load_tokenizer
+from data import DataError, build_loader, first_batch, load_tokenizer
 from model import Llama
 from training.axes import write_run_files
 from training.batch_ramp import BatchPlan
@@ -136,9 +136,10 @@ class Trainer:
         # every check that can refuse this start against the run directory (the newest
         # checkpoint's config and bytes, the load itself) runs before the first byte is written
         self.checkpointing.restore(self)
+        data = self._first_batch_or_refuse()
         self._open_run_directory()
         self.preemption.install()
-        data, error, exit_code = iter(self.loader), None, 0
+        error, exit_code = None, 0
         try:
             self.components.run_pending(self, self.step)  # what a stop left, on these weights
             if self.step == 0:  # the regime at initialisation
@@ -166,6 +167,20 @@ class Trainer:
         if not self.stopping:
             closing_summary(self)
         return exit_code
+
+    def _first_batch_or_refuse(self):
+        """The training batches, their first drawn now, before anything is written: data that
+        cannot feed a step (an empty file, every document held out, no record with text, files
+        changed since the checkpoint) is refused like a bad setting. Every rank agrees first,
+        so that none waits for the others in a collective while one is refusing. Nothing saves
+        between this draw and the first step, so no checkpoint records the drawn batch twice."""
+        data, refusal = first_batch(self.loader)
+        refused = distributed.all_reduce_sum([float(refusal is not None)], self.env.device)[0]
+        if refusal is not None:
+            raise refusal
+        if refused:
+            raise DataError("another rank's data cannot feed a step: its message says why")
+        return data
 
     def _train_step(self, data) -> None:
         """One update (or a step a component's verdict skips); ``self.record`` holds its

@@ -86,13 +86,27 @@ def coverage(tokens: int | None, eval_batches: int, run_dir: str | Path) -> str:
     )
 
 
-def loss_line(val_loss: float | None, entropy: float, tokenizer_name: str) -> str:
+def why_no_validation(config: ExperimentConfig) -> str:
+    """Why a finished run logged no validation loss, from its settings."""
+    if not config.data.validation_documents:
+        return "data.validation_documents=0 holds no text out"
+    if not config.trainer.eval_every:
+        return "trainer.eval_every=0 and no cooldown to validate at"
+    return "no validation step was reached"
+
+
+def loss_line(
+    val_loss: float | None, entropy: float, tokenizer_name: str, why_none: str = ""
+) -> str:
     """The loss beside the entropy, in words that follow the sign of the difference:
     "predicts from context" once it is below 80% of it, "little below" between, "above" when
-    the model does worse than token frequencies alone."""
-    if val_loss is None or not math.isfinite(entropy):
-        return "validation loss: none logged (trainer.eval_every=0?)"
+    the model does worse than token frequencies alone; the loss alone when the entropy is not
+    known, and ``why_none`` when there is no loss."""
+    if val_loss is None:
+        return f"validation loss: none logged ({why_none or 'no validation step was reached'})"
     unit = f" ({val_loss / math.log(2):.2f} bits per byte)" if tokenizer_name == "bytes" else ""
+    if not math.isfinite(entropy):
+        return f"validation loss {val_loss:.3f} nats/token{unit}"
     if val_loss < 0.8 * entropy:
         verdict = "the model predicts from context, not only from token frequencies"
     elif val_loss < entropy:
@@ -186,7 +200,7 @@ def run_summary(
         entropy = unigram_entropy(validation_batches or [])
     covered = coverage(tokens, config.trainer.eval_batches, run_dir) if val_loss else ""
     return [
-        loss_line(val_loss, entropy, tokenizer.name) + covered,
+        loss_line(val_loss, entropy, tokenizer.name, why_no_validation(config)) + covered,
         sample_line(model, tokenizer, config.data.tokenizer.add_bos, max_new_tokens),
         *next_commands(run_dir, config),
     ]
@@ -194,7 +208,8 @@ def run_summary(
 
 def closing_summary(trainer) -> None:
     """Print the closing lines of a finished run (a collective: every rank calls it)."""
-    batches = trainer.measure.batches
+    # read here if no measurement read them (a resume that validated nothing since)
+    batches = trainer.measure.held_out() if trainer.config.data.validation_documents else []
     entropy = validation_entropy(batches, trainer.model_config, trainer.env.device)
     if trainer.env.is_main:
         lines = run_summary(

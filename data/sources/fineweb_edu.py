@@ -42,7 +42,7 @@ from data.config import DataConfig
 from data.documents import document_text
 from data.packing import Packer, pack_document
 from data.partition import worker_stream
-from data.registry import DataSource, register
+from data.registry import DataError, DataSource, register
 from data.repartition import CannotRepartitionError
 from data.resumable import ResumableStream
 from data.tokenizers import encode_document, load_tokenizer
@@ -303,7 +303,10 @@ class HubStream(ResumableStream):
                     continue
                 yield from pack_document(packer, tokenizer, text, c.tokenizer.add_bos, stats)
             if stats["documents"] == 0:
-                raise RuntimeError("the streamed dataset yielded no training document")
+                raise DataError(
+                    f"{what}: a whole epoch yielded no training document after holding out "
+                    f"{c.validation_documents} (data.validation_documents; counters: {stats})"
+                )
             epoch, start = epoch + 1, None
 
 

@@ -20,7 +20,8 @@ import torch
 from data.config import DataConfig
 from data.packing import Packer
 from data.partition import share, worker_stream
-from data.registry import DataSource, register
+from data.paths import listing
+from data.registry import DataError, DataSource, register
 from data.repartition import deal, merge_stats, new_identity, switch_epoch
 from data.resumable import ResumableStream
 from data.shards import TokenCorpus, check_tokenizer
@@ -30,6 +31,7 @@ from data.validation import held_out_windows
 def token_identity(config: DataConfig, corpus: TokenCorpus, n_streams: int) -> dict:
     """What a saved state must match to resume (``data.resumable``)."""
     return {
+        "files": listing(corpus.files),  # before the fingerprint: a refusal names the file
         "source": corpus.fingerprint,
         "seq_len": config.seq_len,
         "n_streams": n_streams,
@@ -67,7 +69,10 @@ class TokenStream(ResumableStream):
         identity = token_identity(c, corpus, n)
         windows = training_windows(c, corpus)
         if windows < n:
-            raise ValueError(f"{windows} training windows cannot feed {n} streams: too little data")
+            raise DataError(
+                f"data.paths: {windows} training windows after the held-out documents cannot "
+                f"feed {n} streams (world size x data.num_workers): too little data"
+            )
         epoch, done, stats = 0, 0, {"windows": 0, "tokens": 0}
         carry, carry_done = NO_WINDOWS, 0
         if (state := self._resume(identity, stream)) is not None:

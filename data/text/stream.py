@@ -16,6 +16,8 @@ import torch
 from data.config import DataConfig
 from data.packing import Packer, pack_document
 from data.partition import owns, share, worker_stream
+from data.paths import listing
+from data.registry import DataError
 from data.resumable import ResumableStream
 from data.text.files import TextSource, local_files
 from data.tokenizers import load_tokenizer
@@ -31,9 +33,25 @@ def held_out_end(source: TextSource, documents: int) -> tuple[int, int]:
     return len(source.fragments), 0  # fewer documents than that: everything is held out
 
 
+def no_training_document(source: TextSource, config: DataConfig) -> DataError:
+    """The refusal of a stream that a whole epoch gave no document: what the files hold, every
+    record counted (the held-out ones too, which the stream's own counters leave out)."""
+    found: Counter = Counter()
+    for fragment in source.fragments:
+        for _, text, skipped in source.records(fragment):
+            found["documents" if text is not None else skipped] += 1
+    return DataError(
+        f"no training document for this stream in a whole epoch: the files data.paths names "
+        f"hold {found['documents']} documents and data.validation_documents="
+        f"{config.validation_documents} are held out (their records: {dict(found)}). Give it "
+        "more documents, or hold out fewer"
+    )
+
+
 def text_identity(config: DataConfig, source: TextSource, n_streams: int) -> dict:
     """What a saved state must match to resume (``data.resumable``)."""
     return {
+        "files": listing(source.files),  # before the fingerprint: a refusal names the file
         "source": source.fingerprint,
         "tokenizer": config.tokenizer.name,
         "seq_len": config.seq_len,
@@ -100,7 +118,7 @@ class TextStream(ResumableStream):
         self._publish(lambda: self._state(identity, stream, carry, packer, stats))
         fragments = source.fragments
         if not fragments:
-            raise RuntimeError("the data source has no readable fragments (see warnings above)")
+            raise DataError("data.paths: none of its files can be read (see the warnings above)")
 
         def read(index: int, start: int, mod: int, rem: int, where: dict, key: str):
             """Fragment ``index`` from row ``start``, its rows ``(index + row) % mod == rem``."""
@@ -134,11 +152,7 @@ class TextStream(ResumableStream):
                 start = row if p == position else 0
                 yield from read(index, start, mod, rem, {"epoch": epoch, "position": p}, "row")
             if stats["documents"] == 0:
-                raise RuntimeError(
-                    "a whole epoch yielded no training document for this stream: the source is "
-                    f"empty after holding out {c.validation_documents} validation documents "
-                    f"(counters: {dict(stats)})"
-                )
+                raise no_training_document(source, c)
             epoch, position, row = epoch + 1, 0, 0
         yield from packer.flush()
 

@@ -101,6 +101,8 @@ def mlp_diagnostics(
             handle.remove()
         model.train(was_training)
     flat = distributed.all_reduce_sum(sums.flatten().tolist(), device)
+    if flat[0] == 0:  # no rank had a batch (data.validation_documents=0): nothing measured
+        return []
     return [statistics_from_sums(flat[i * _SUMS : (i + 1) * _SUMS]) for i in range(len(layers))]
 
 

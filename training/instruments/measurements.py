@@ -65,11 +65,6 @@ class Measurements:
                 self.parts[name] = list(itertools.islice(loader, t.eval_batches or None))
         return self.parts
 
-    @property
-    def batches(self) -> list[dict] | None:
-        """The held-out batches once read (None before the first measurement needed them)."""
-        return None if self.parts is None else self.held_out()
-
     def held_out(self) -> list[dict]:
         """Every source's validation batches, one source after the other."""
         return [batch for batches in self.held_out_parts().values() for batch in batches]
@@ -143,7 +138,9 @@ class Diagnostics(Component):
         self.measure, self.every = measure, every
 
     def step_end(self, trainer: Any) -> None:
-        trainer.log(self.measure.diagnostics(), console=False)
+        record = self.measure.diagnostics()
+        if record:  # empty without a held-out slice
+            trainer.log(record, console=False)
 
 
 class Validation(Component):
