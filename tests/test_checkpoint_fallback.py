@@ -374,3 +374,45 @@ def test_the_trainer_sets_a_damaged_newest_checkpoint_aside_and_resumes_the_one_
     assert names(run_dir) == ["step_000008", "step_000012", "step_000012.corrupt"]
     assert f"resumed from {run_dir}/checkpoints/step_000008 at step 8" in caplog.text
     assert_same_losses(run_dir, reference[1])
+
+
+def _older_checkpoint_without(path, key: str) -> None:
+    """As an older layout might: no manifest, and ``key`` missing from ``trainer.json``."""
+    drop_the_manifest(path)
+    state = json.loads((path / "trainer.json").read_text())
+    del state[key]
+    (path / "trainer.json").write_text(json.dumps(state))
+
+
+@pytest.mark.slow
+def test_an_older_checkpoint_that_records_no_step_is_damage_and_the_one_before_resumes(
+    corpus, reference, tmp_path
+):
+    """It stopped every resume with a KeyError; a step is the one thing a resume cannot do
+    without, so its absence is evidence the file is not what was written."""
+    import shutil
+
+    from train_helpers import assert_same_losses, run_in_process, tiny_overrides
+
+    run_dir = shutil.copytree(reference[0], tmp_path / "run")
+    _older_checkpoint_without(run_dir / "checkpoints" / "step_000012", "step")
+    assert run_in_process(tiny_overrides(corpus, run_dir)) == 0
+    assert names(run_dir) == ["step_000008", "step_000012", "step_000012.corrupt"]
+    assert_same_losses(run_dir, reference[1])
+
+
+@pytest.mark.slow
+def test_an_older_checkpoint_that_records_no_token_count_resumes_with_the_step_s_count(
+    corpus, reference, tmp_path
+):
+    """The tokens consumed before a step are a function of the step (``BatchPlan``): 12 steps
+    of 4 x 32 tokens."""
+    import shutil
+
+    from train_helpers import metrics, run_in_process, tiny_overrides
+
+    run_dir = shutil.copytree(reference[0], tmp_path / "run")
+    _older_checkpoint_without(run_dir / "checkpoints" / "step_000012", "tokens")
+    assert run_in_process([*tiny_overrides(corpus, run_dir), "trainer.steps=14"]) == 0
+    last = [m for m in metrics(run_dir) if "tokens" in m][-1]
+    assert (last["step"], last["tokens"]) == (14, 14 * 4 * 32)

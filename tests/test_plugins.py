@@ -48,3 +48,30 @@ def test_a_name_that_leads_nowhere_is_refused_naming_it(entry, message, monkeypa
     monkeypatch.setenv(ENVIRONMENT_VARIABLE, entry)
     with pytest.raises(ConfigError, match=message):
         plugin_components(ExperimentConfig())
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("def components(config:\n", r"broken\.py cannot be loaded: SyntaxError"),
+        ("import no_such_module_either\n", r"broken\.py cannot be loaded: ModuleNotFoundError"),
+        ("def components(config):\n    return None\n", r"must return a list of .*got None"),
+        ("def components(config):\n    return [object()]\n", r"must return a list of .*object"),
+    ],
+)
+def test_a_plugin_that_breaks_is_refused_naming_it_and_what_it_must_do(
+    source, message, tmp_path, monkeypatch
+):
+    (tmp_path / "broken.py").write_text(source)
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(tmp_path / "broken.py"))
+    with pytest.raises(ConfigError, match=rf"^XIELU_PLUGINS: .*{message}"):
+        plugin_components(ExperimentConfig())
+
+
+def test_a_module_whose_own_import_fails_is_not_called_missing(tmp_path, monkeypatch):
+    (tmp_path / "half_written.py").write_text("import no_such_module_either\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, "half_written")
+    message = r"XIELU_PLUGINS: half_written cannot be loaded: ModuleNotFoundError.*either"
+    with pytest.raises(ConfigError, match=message):
+        plugin_components(ExperimentConfig())

@@ -23,18 +23,32 @@ ENVIRONMENT_VARIABLE = "XIELU_PLUGINS"
 
 
 def _module(entry: str) -> ModuleType:
-    if entry.endswith(".py"):
-        path = Path(entry)
-        spec = importlib.util.spec_from_file_location(f"xielu_plugin_{path.stem}", path)
-        if spec is None or not path.is_file():
-            raise ConfigError(f"{ENVIRONMENT_VARIABLE}: no file {entry}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+    """The plugin's module, loaded; ConfigError naming the entry when it cannot be: no such
+    file or module, or its own code fails (a syntax error, an import inside it)."""
     try:
+        if entry.endswith(".py"):
+            path = Path(entry)
+            spec = importlib.util.spec_from_file_location(f"xielu_plugin_{path.stem}", path)
+            if spec is None or not path.is_file():
+                raise ConfigError(f"{ENVIRONMENT_VARIABLE}: no file {entry}")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
         return importlib.import_module(entry)
+    except ConfigError:
+        raise
     except ImportError as error:
-        raise ConfigError(f"{ENVIRONMENT_VARIABLE}: cannot import {entry} ({error})") from error
+        if error.name == entry:  # the module itself, not one it imports
+            raise ConfigError(f"{ENVIRONMENT_VARIABLE}: cannot import {entry} ({error})") from None
+        raise _broken(entry, error) from error
+    except Exception as error:  # a plugin is anyone's code: whatever it raises, say whose
+        raise _broken(entry, error) from error
+
+
+def _broken(entry: str, error: BaseException) -> ConfigError:
+    return ConfigError(
+        f"{ENVIRONMENT_VARIABLE}: {entry} cannot be loaded: {type(error).__name__}: {error}"
+    )
 
 
 def plugin_components(config: ExperimentConfig) -> list[Component]:
@@ -47,5 +61,13 @@ def plugin_components(config: ExperimentConfig) -> list[Component]:
             raise ConfigError(
                 f"{ENVIRONMENT_VARIABLE}: {entry} defines no components(config) function"
             )
-        found += make(config)
+        made = make(config)
+        if not isinstance(made, (list, tuple)) or not all(
+            isinstance(component, Component) for component in made
+        ):
+            raise ConfigError(
+                f"{ENVIRONMENT_VARIABLE}: {entry}'s components(config) must return a list of "
+                f"training.components.Component, got {made!r}"
+            )
+        found += made
     return found

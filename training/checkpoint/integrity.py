@@ -139,10 +139,13 @@ def _verify_structure(path: Path) -> None:
                 f"{end} (truncated)"
             )
     try:
-        json.loads((path / TRAINER_FILE).read_text())
+        trainer_state = json.loads((path / TRAINER_FILE).read_text())
     except FileNotFoundError:
         raise DamagedCheckpointError(f"{path / TRAINER_FILE} is missing") from None
     except ValueError as error:
         raise DamagedCheckpointError(f"{path / TRAINER_FILE} cannot be read ({error})") from None
+    # every trainer that wrote checkpoints recorded the step: without it nothing can resume
+    if not isinstance(trainer_state, dict) or not isinstance(trainer_state.get("step"), int):
+        raise DamagedCheckpointError(f"{path / TRAINER_FILE} records no step")
     if not list(path.glob(RANK_FILES)):
         raise DamagedCheckpointError(f"{path} has no rank files")

@@ -58,7 +58,9 @@ class Checkpointing(Component):
         if found is None:
             return
         restore_loader(trainer.loader, found.data_states)  # as saved, or re-partitioned
-        trainer.step, trainer.tokens = found.trainer_state["step"], found.trainer_state["tokens"]
+        trainer.step = found.trainer_state["step"]
+        # an older trainer.json may not record it: a function of the step (trainer.batch_ramp)
+        trainer.tokens = found.trainer_state.get("tokens", trainer.plan.tokens_before(trainer.step))
         trainer.resumed_at = trainer.step
         trainer.state.load_state_dict(found.trainer_state)
         for damaged in found.damaged:
