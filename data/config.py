@@ -176,6 +176,11 @@ class DataConfig:
                 raise ValueError(f"{where}: a mixture cannot hold a mixture")
             if not entry.weight > 0:
                 raise ValueError(f"{where}: weight must be positive, got {entry.weight}")
+            read = get_source(entry.source)
+            if entry.paths is not None and not (read.needs_paths or read.reads_paths):
+                raise ValueError(
+                    f"{where}: paths: source {entry.source} reads no data.paths (it was ignored)"
+                )
             given = {k: getattr(entry, k) for k in MIXTURE_OVERRIDES}
             overrides = {k: v for k, v in given.items() if v is not None}
             try:

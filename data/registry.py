@@ -57,6 +57,8 @@ class DataSource:
             as ``[BOS] ids EOS``, in order, as ``(tokens, counters)`` chunks; ``None`` for a
             source that cannot be pretokenized (it already is).
         needs_paths: ``data.paths`` must list files.
+        reads_paths: ``data.paths`` is read when given (``needs_paths`` implies it): a source
+            that reads none refuses a mixture entry's ``paths`` rather than ignore it.
         path_suffixes: the kinds of file ``data.paths`` may match (``.parquet``, ``.bin``...);
             each pattern must match one before a run starts (``DataConfig.check_inputs``).
         check: ``config`` -> None, raising ValueError naming the key when the files cannot be
@@ -78,6 +80,7 @@ class DataSource:
     validation: Callable[[Config], Iterator[Window]]
     pretokenize: Callable[[Config, int], Iterator[tuple[np.ndarray, Counter]]] | None = None
     needs_paths: bool = False
+    reads_paths: bool = False
     path_suffixes: tuple[str, ...] = ()
     check: Callable[[Config], None] | None = None
     check_tokenizer: Callable[[Config, Any], None] | None = None

@@ -42,6 +42,8 @@ def pretokenize(
     config: DataConfig, out_dir: Path, shard_tokens: int, workers: int, replace: bool = False
 ) -> Counter:
     """Write every document's tokens into shards in ``out_dir`` (see the module doc)."""
+    if out_dir.exists() and not out_dir.is_dir():  # even with --replace: it is not shards
+        raise FileExistsError(f"{out_dir} is a file, not a directory: choose a directory")
     if out_dir.exists() and any(out_dir.iterdir()) and not replace:
         raise FileExistsError(
             f"{out_dir} already holds files; a glob over it would read them with the new "

@@ -115,3 +115,14 @@ def test_a_ramp_given_on_the_command_line_is_read_as_stages():
 def test_the_sweep_estimate_counts_the_tokens_of_every_stage():
     # configs/experiment/mixture_ramp.yaml: 120 steps of 8 sequences, then 180 of 16, x 256
     assert job_cost(["experiment=mixture_ramp"])["tokens"] == (120 * 8 + 180 * 16) * 256
+
+
+def test_a_stage_that_shrinks_the_batch_is_run_as_asked_with_a_warning():
+    """Warned, not refused: a smaller batch later in a run is a choice some make (a smaller
+    batch for the cooldown), but more often a typo; the warning names the stage."""
+    config = experiment(100, 16, 16, [(4_000, 32), (12_000, 8)])
+    plan = BatchPlan(config)
+    assert plan.batch(99) == 8
+    (warning,) = plan.warnings()
+    assert "trainer.batch_ramp[1].global_batch=8 is smaller than the 32 before it" in warning
+    assert BatchPlan(experiment(100, 16, 16, [(4_000, 32)])).warnings() == []

@@ -244,6 +244,7 @@ def test_each_source_is_re_partitioned_by_its_own_rule(corpora):
         ({"paths": None}, r"data\.sources\[1\] \(short\): data\.paths must list files"),
         ({"names": ("a", "a")}, r"every name must be unique"),
         ({"nested": True}, r"data\.sources\[0\] \(long\): a mixture cannot hold a mixture"),
+        ({"builtin": True}, r"data\.sources\[0\] \(long\): paths: source builtin reads no"),
     ],
 )
 def test_a_mixture_that_cannot_work_is_refused_naming_the_entry(corpora, change, message):
@@ -257,6 +258,8 @@ def test_a_mixture_that_cannot_work_is_refused_naming_the_entry(corpora, change,
         sources[0]["name"] = sources[1]["name"] = "a"
     if "nested" in change:
         sources[0]["source"] = "mixture"
+    if "builtin" in change:  # its paths were silently ignored
+        sources[0]["source"] = "builtin"
     values = {
         "sources": change.get("sources", sources),
         "source": change.get("source", "mixture"),

@@ -147,6 +147,20 @@ def test_pretokenize_refuses_a_used_directory_and_replaces_it_whole(parquet_dir,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shards"]  # nothing left beside
 
 
+@pytest.mark.parametrize("replace", [False, True])
+def test_pretokenize_into_a_file_is_refused_naming_it_and_the_file_is_kept(
+    parquet_dir, tmp_path, replace
+):
+    """It ended in NotADirectoryError; with --replace it would have put shards in its place."""
+    config = local(parquet_dir, tokenizer=TokenizerConfig("bytes"))
+    out = tmp_path / "notes.txt"
+    out.write_text("mine")
+    with pytest.raises(FileExistsError, match=r"notes\.txt is a file, not a directory"):
+        pretokenize(config, out, shard_tokens=10**9, workers=1, replace=replace)
+    assert out.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
 def test_a_pretokenize_killed_halfway_leaves_the_old_shards_whole(
     parquet_dir, tmp_path, monkeypatch
 ):

@@ -246,3 +246,19 @@ def test_every_ladder_is_mup_tuned_at_its_base_width_with_the_same_depth_batch_a
         assert len({key(c) for c in [*rungs, *at_base]}) == 1
     assert {c.trainer.seed for c in at_base} == {0}
     assert 0 not in {c.trainer.seed for c in rungs}
+
+
+def test_the_sweeps_price_is_the_mfu_measured_in_the_performance_table():
+    """``scripts.estimate_sweep``'s default MFU is ReLU²'s row of docs/performance.md's paper_1b
+    training table, not an older figure."""
+    import re
+    from pathlib import Path
+
+    from scripts.estimate_sweep import MEASURED_MFU
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "performance.md").read_text()
+    h100 = page.split("## Measured on one H100")[1]
+    table = h100.split("**Training, paper_1b**")[1]
+    row = next(line for line in table.splitlines() if line.startswith("| ReLU² |"))
+    mfu = re.findall(r"([\d.]+)%", row)[0]
+    assert pytest.approx(float(mfu) / 100) == MEASURED_MFU

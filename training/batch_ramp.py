@@ -29,6 +29,7 @@ class BatchPlan:
         self.seq_len, self.steps = config.data.seq_len, config.trainer.steps
         self.per_micro_batch = config.trainer.micro_batch * world_size  # sequences, all ranks
         self.ramped = bool(config.trainer.batch_ramp)
+        self.ramp = list(config.trainer.batch_ramp)
         # (first step, tokens before it, batch) of each stage that starts
         self.stages = [(0, 0, config.sequences_per_step)]
         for stage in config.trainer.batch_ramp:
@@ -40,6 +41,18 @@ class BatchPlan:
 
     def _stage(self, step: int) -> tuple[int, int, int]:
         return self.stages[bisect.bisect_right(self.starts, step) - 1]
+
+    def warnings(self) -> list[str]:
+        """A stage whose batch is smaller than the one before it: run as asked (a smaller batch
+        for the cooldown is a choice some make) but said at the start, since it is more often a
+        typo. The trainer logs these."""
+        batches = [self.stages[0][2], *(stage.global_batch for stage in self.ramp)]
+        return [
+            f"trainer.batch_ramp[{i}].global_batch={batches[i + 1]} is smaller than the "
+            f"{batches[i]} before it: the batch shrinks there, as asked"
+            for i in range(len(self.ramp))
+            if batches[i + 1] < batches[i]
+        ]
 
     def batch(self, step: int) -> int:
         """The global batch (sequences) of ``step`` (0-based: the step about to be taken)."""

@@ -232,6 +232,8 @@ class Trainer:
             wandb, name = self.config.logging.wandb, self.config.name
             self.logger = MetricsLogger(self.run_dir, wandb, config, name, self.resumed_at)
             log.info(opening_line(self))
+            for warning in self.plan.warnings():
+                log.warning("%s", warning)
 
     def release_model(self) -> None:
         """Drop the model and optimizer while the process group still exists: DDP's reducer,

@@ -318,5 +318,6 @@ register(
         validation=validation_windows,
         pretokenize=pretokenize_chunks,
         repartition=refuse_repartition,
+        reads_paths=True,  # local parquet / jsonl instead of the Hub
     )
 )

@@ -13,8 +13,8 @@ files first, so a resume reads every byte once more, spread over every rank.
 
 A checkpoint written before manifests existed still loads: then the evidence is what its own
 metadata says (DCP's ``.metadata`` must be readable and every shard it names at least as long
-as the bytes it places there; ``trainer.json`` must parse). The rank files are checked where
-they are read (``training.checkpoint.load``).
+as the bytes it places there; ``trainer.json`` must parse and record the step). The rank
+files are checked where they are read (``training.checkpoint.load``).
 """
 
 from __future__ import annotations
