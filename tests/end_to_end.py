@@ -69,6 +69,9 @@ def shrunk(experiment: str, run_dir: Path) -> list[str]:
         "trainer.eval_batches": 1,
         "trainer.checkpoint_every": EVERY,
         "trainer.run_dir": str(run_dir),
+        # not a size, the one other change: Dynamo and AOTAutograd trace the preset's graphs
+        # as on a GPU, without Inductor's C++ build, most of a compiled run's time on 2 cores
+        "trainer.compile_backend": "aot_eager",
     }
     if reads_local_files(experiment):
         values["data.paths"] = f"[{LOCAL_CORPUS}/*.json.gz]"

@@ -74,7 +74,7 @@ def test_the_trainer_logs_lm_evals_scores_of_the_model_it_is_training(
 
     monkeypatch.setattr(eval.downstream, "during_training", counting)
     overrides = _overrides(corpus, tmp_path, **{"trainer.compile": "blocks"})
-    with torch.compiler.set_stance("default", force_backend="aot_eager"):  # tests/aot_eager.py
+    with torch.compiler.set_stance("default", force_backend="aot_eager"):  # as the tier runs
         assert run_in_process(overrides) == 0
     assert compiled_during == [0, 0]
     assert reports == [] and evaluator.add_env_info == reports.append  # put back after each

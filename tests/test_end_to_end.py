@@ -39,7 +39,7 @@ from faults import faults_env
 from train_helpers import compose, losses, metrics, run
 from training.batch_ramp import BatchPlan
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 REQUEUED = 75  # training/runtime/preemption.py: EXIT_PREEMPTED
 TIMEOUT = 400  # a run of the tier takes 10-60 s on 2 cores: past this it hangs

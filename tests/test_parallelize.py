@@ -146,3 +146,26 @@ def test_compiling_the_blocks_also_compiles_the_loss_and_changes_no_result(fresh
         if want is not None:
             scale = want.abs().max().item()
             torch.testing.assert_close(grads[name], want, rtol=1e-5, atol=1e-6 * scale)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "eager"])
+def test_the_compile_backend_setting_reaches_every_compile_of_the_run(
+    backend, fresh_dynamo, monkeypatch
+):
+    """``trainer.compile_backend``: a ``torch.compile`` that names no backend (the model's
+    blocks, the loss) hands its graph to the one set, never to Inductor, whose entry point
+    here raises; under the default, Inductor is reached."""
+    import torch._inductor.compile_fx as inductor
+
+    from training.runtime.parallelize import compile_backend
+
+    def no_inductor(*args, **kwargs):
+        raise AssertionError("Inductor was called")
+
+    monkeypatch.setattr(inductor, "compile_fx", no_inductor)
+    x = torch.randn(8)
+    with compile_backend(backend):
+        assert torch.equal(torch.compile(lambda t: t.sin() * 2)(x), x.sin() * 2)
+    torch._dynamo.reset()
+    with compile_backend("inductor"), pytest.raises(Exception, match="Inductor was called"):
+        torch.compile(lambda t: t.cos() * 2)(x)

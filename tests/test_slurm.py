@@ -117,6 +117,7 @@ def _fake_slurm(bin_dir: Path, nodes: int) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_the_sbatch_script_trains_and_resumes_on_two_nodes_like_one_node(corpus, tmp_path):
     """slurm/train.sbatch with a fake srun for a 2-node job: two torchrun agents (--nnodes=2,
     c10d rendezvous on 127.0.0.1) start one rank each; the run checkpoints, a second job

@@ -301,6 +301,7 @@ def test_in_loop_downstream_without_an_evaluator_is_refused_before_any_work(corp
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_python_train_py_with_the_quickstart_defaults_learns(tmp_path):
     """README's main job as it is (bytes, builtin corpus, offline wandb, the activation's
     kernel the CPU gets: compiled by Inductor where a C++ compiler is), to its closing lines."""

@@ -14,7 +14,6 @@ from pathlib import Path
 import fork_server
 
 ROOT = Path(__file__).resolve().parents[1]
-AOT_EAGER = ROOT / "tests" / "aot_eager.py"  # a plugin every train.py the tests start loads
 FORK_SERVER = ROOT / "tests" / "fork_server.py"
 CONFIGS = ROOT / "configs"
 
@@ -93,8 +92,8 @@ def launch(
     forked: bool = True,
     **kwargs,
 ) -> subprocess.Popen:
-    """``train.py`` as a subprocess, with the tests' plugins; ``as_shipped``: none of the tests'
-    settings of the kernels (``tests/aot_eager.py``, ``XIELU_BACKEND=eager``), as a user runs it;
+    """``train.py`` as a subprocess; ``as_shipped``: without the tests' setting of the kernels
+    (``XIELU_BACKEND=eager``), as a user runs it;
     ``forked``: each process (torchrun's agent, each rank) a fork of ``tests/fork_server.py``'s
     server rather than a fresh interpreter (that file says what differs, and which tests launch
     without it)."""
@@ -118,10 +117,6 @@ def launch(
         env[fork_server.ADDRESS] = server_address()
     if as_shipped:
         env.pop("XIELU_BACKEND", None)
-    else:
-        # tests/aot_eager.py first: compiled runs skip Inductor's C++ build (that file says why)
-        plugins = [str(AOT_EAGER), *filter(None, env.get("XIELU_PLUGINS", "").split(","))]
-        env["XIELU_PLUGINS"] = ",".join(plugins)
     return subprocess.Popen(
         cmd,
         cwd=ROOT,

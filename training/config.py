@@ -140,6 +140,11 @@ class TrainerConfig:
     precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``bf16`` or ``fp32``.
     compile: ``none``, ``blocks`` (``torch.compile`` each block) or ``model`` (the whole
         model as one graph).
+    compile_backend: what ``torch.compile`` hands the traced graphs to, for everything the run
+        compiles: ``inductor`` (generated kernels: the speed), ``aot_eager`` (Dynamo and
+        AOTAutograd trace the same graphs, which run eagerly: no code generation, whose C++
+        build dominates a small run on a CPU; the tests' end-to-end tier uses it) or ``eager``
+        (Dynamo alone). Like torchtitan's ``compile.backend``.
     activation_checkpointing: ``none``, ``full`` (recompute each block in backward) or
         ``selective`` (keep matmul and attention outputs, recompute the pointwise work).
     float8: ``none``, ``tensorwise`` or ``rowwise``: the linear layers' matmuls in FP8 through
@@ -206,6 +211,7 @@ class TrainerConfig:
     parallelism: str = "ddp"
     precision: str = "auto"
     compile: str = "none"
+    compile_backend: str = "inductor"
     activation_checkpointing: str = "none"
     float8: str = "none"
     float8_keep: list[str] = field(default_factory=lambda: ["lm_head"])
@@ -304,6 +310,7 @@ CHOICES = {
     "trainer.parallelism": ("ddp", "fsdp"),
     "trainer.precision": ("auto", "bf16", "fp32"),
     "trainer.compile": ("none", "blocks", "model"),
+    "trainer.compile_backend": ("inductor", "aot_eager", "eager"),
     "trainer.activation_checkpointing": ("none", "full", "selective"),
     "trainer.float8": ("none", "tensorwise", "rowwise"),
     "optim.name": ("adamw", "ademamix"),

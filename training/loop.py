@@ -41,7 +41,7 @@ from training.instruments.step_log import StepLog
 from training.loss_mask import LossMask
 from training.optim import build_optimizer, set_learning_rate
 from training.runtime import distributed
-from training.runtime.parallelize import parallelize, plan_from_config
+from training.runtime.parallelize import compile_backend, parallelize, plan_from_config
 from training.runtime.preemption import Preemption
 from training.schedule import learning_rate, stable_phase_end
 from training.step import train_step
@@ -252,6 +252,16 @@ def train(
     components: Sequence[Component] = (),
 ) -> int:
     """Run training; returns the process exit code."""
+    with compile_backend(config.trainer.compile_backend):
+        return _train(config, config_yaml, downstream, components)
+
+
+def _train(
+    config: ExperimentConfig,
+    config_yaml: str,
+    downstream: DownstreamEvaluator | None,
+    components: Sequence[Component],
+) -> int:
     trainer = Trainer(config, config_yaml, downstream, components)
     try:
         return trainer.run()

@@ -255,6 +255,15 @@ def parallelize(model: nn.Module, env: Env, plan: ParallelPlan) -> TrainingModel
     return TrainingModel(module, model, plan, env)
 
 
+def compile_backend(backend: str):
+    """A context in which every ``torch.compile`` of the run uses ``backend``
+    (``trainer.compile_backend``): the model's, the loss's and FlexAttention's, without each
+    call site taking it as an argument. Inductor, the default, changes nothing."""
+    if backend == "inductor":
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance("default", force_backend=backend)
+
+
 def apply_compile(model: nn.Module, scope: str) -> None:
     """``torch.compile`` in place (names unchanged): each block and the loss's softmax, the whole
     model, or nothing."""
