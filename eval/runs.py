@@ -1,9 +1,9 @@
 """A finished (or stopped) training run as the reports read it: its config and metrics.
 
 ``metrics.jsonl`` and ``config.yaml`` are what a run directory keeps for good; every report
-(``scripts.study_report``, ``scripts.width_report``, ``scripts.results_table``) and the choice of
-a ladder's rates (``eval.tuning``) read runs through this module, so they agree on what the
-final loss, a diverged run and a run's arm are.
+(``scripts.study.study_report``, ``scripts.study.width_report``, ``scripts.results_table``) and
+the choice of a ladder's rates (``eval.tuning``) read runs through this module, so they agree on
+what the final loss, a diverged run and a run's arm are.
 """
 
 from __future__ import annotations

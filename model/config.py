@@ -89,7 +89,7 @@ class ModelConfig:
             the MLP pre-activation at the scale it has at the reference width, where the
             activation works in the paper's regime: 0.78 at the 1.1B's 1536 with 0.02, against
             0.23 at dim 128 with ``fixed``, where xIELU starts almost linear
-            (``docs/results.md``, ``python -m scripts.operating_regime``).
+            (``docs/results.md``, ``python -m scripts.study.operating_regime``).
         init_reference_dim: the width ``init_std`` is meant for (1536: the paper's 1.1B).
         vocab_multiple: padding multiple for a tokenizer-derived vocabulary (128: a multiple of
             every tensor-core tile size and of 8-way tensor parallel shards).
@@ -107,7 +107,7 @@ class ModelConfig:
             the loss holds about 6 bytes (eager) or 4 (compiled) per token of a chunk and entry
             of the vocabulary. Every chunk reads the head's weight twice and adds its vocab x dim
             weight gradient to the fp32 sum, so fewer, larger chunks are faster: the paper's
-            presets take 4096 (+2.8 GiB at 1.1B against 1024; ``python -m scripts.bench_loss``
+            presets take 4096 (+2.8 GiB at 1.1B against 1024; ``python -m scripts.bench.loss``
             times the choice).
     """
 

@@ -13,7 +13,7 @@ attend only to earlier positions of its own document (Apertus: ``--reset-attenti
   holds seq^2 booleans per sequence: the reference that ``flex`` is tested against.
 - ``auto``: ``flex`` on a GPU; on a CPU the dense mask, since torch 2.13's FlexAttention has no
   backward there (its forward is faster than the dense mask's from 2048 tokens on:
-  ``python -m scripts.bench_attention``, docs/performance.md).
+  ``python -m scripts.bench.attention``, docs/performance.md).
 
 Without document ids attention is plain causal SDPA whatever the setting: its flash kernels
 are the fastest there is for that mask.

@@ -1,5 +1,4 @@
-"""What several scripts share: timing, bytes saved for backward, tables and CSV files, mutmut's
-results."""
+"""What several scripts share: timing, bytes saved for backward, tables and CSV files."""
 
 from __future__ import annotations
 
@@ -106,25 +105,3 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer.writeheader()
         writer.writerows(rows)
     print(f"wrote {path}")
-
-
-def mutant_statuses(results: str) -> dict[str, str]:
-    """``mutmut results --all true`` output as {mutant name: status}. Names are
-    ``package.module.function__mutmut_N`` (``x_`` before a function, ``xǁClassǁ`` before a
-    method); the lines naming files are skipped."""
-    statuses = {}
-    for line in results.splitlines():
-        name, sep, status = line.strip().rpartition(": ")
-        if sep and "__mutmut_" in name:
-            statuses[name] = status.strip()
-    return statuses
-
-
-def read_mutant_statuses(root: Path) -> dict[str, str]:
-    """The statuses mutmut keeps in ``root/mutants`` (``mutant_statuses``)."""
-    import subprocess
-
-    command = ["mutmut", "results", "--all", "true"]
-    return mutant_statuses(
-        subprocess.run(command, capture_output=True, text=True, check=True, cwd=root).stdout
-    )

@@ -23,8 +23,8 @@ from training.batch_ramp import BatchPlan
 from training.instruments.metrics import PEAK_BF16_FLOPS
 from training.sweeps import expand, load_sweep, resolve
 
-# ReLU² at paper_1b, one H100, 2026-11-27: bench_throughput --preset paper_1b --batch 5 --seq
-# 4096 --bf16 --compile blocks --checkpointing selective (docs/performance.md, training table)
+# ReLU² at paper_1b, one H100, 2026-11-27: scripts.bench.throughput --preset paper_1b --batch 5
+# --seq 4096 --bf16 --compile blocks --checkpointing selective (docs/performance.md, training table)
 MEASURED_MFU = 0.524
 MEASURED_ON = "ReLU² at paper_1b on one H100, 2026-11-27"
 

@@ -50,18 +50,18 @@ if [[ "$parts" == first ]]; then
     else touch "$results/$name.done"; fi
     echo "- $name: $verdict in ${took}s: \`$*\`" >> "$results/summary.md"
   }
-  throughput=(python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16
+  throughput=(python -m scripts.bench.throughput --preset paper_1b --batch 5 --seq 4096 --bf16
     --compile blocks --checkpointing selective --activations relu2 xielu --warmup 2 --repeats 5)
-  part kernels 60 python -m scripts.bench_activations --device cuda --dtype bfloat16 \
+  part kernels 60 python -m scripts.bench.activations --device cuda --dtype bfloat16 \
     --shape 5 4096 9216 --rows relu2 xielu
   part throughput_fp8 240 "${throughput[@]}" --float8 none tensorwise
   part resume 90 bash scripts/gpu_resume.sh "$data" /tmp/gpu_resume
-  part fp8_loss 180 python -m scripts.fp8_loss --data "$data" --activations relu2 xielu \
+  part fp8_loss 180 python -m scripts.bench.fp8_loss --data "$data" --activations relu2 xielu \
     --float8 none tensorwise rowwise --seeds 0
   part tests 120 python -m pytest -m gpu tests/test_gpu.py tests/test_document_attention.py \
     -q -x -n 0 -p no:cacheprovider
   # issue 39: attention within documents, flex against the dense mask and causal SDPA
-  part attention 90 python -m scripts.bench_attention --batch 5
+  part attention 90 python -m scripts.bench.attention --batch 5
   part throughput_rowwise 150 "${throughput[@]}" --float8 rowwise
   # not run yet: the same stop and resume with FP8 linears (every one: the toy is below
   # torchao's size thresholds)
@@ -79,14 +79,14 @@ fi
 
 if wants kernels; then
   # launch shapes of the Triton kernels against compiled ReLU² (prints CONFIGS to paste)
-  python -m scripts.tune_kernels
+  python -m scripts.bench.tune_kernels
   # the paper's 1.1B MLP activation, 5 x 4096 x 9216, forward + backward, through autograd
   for dtype in bfloat16 float32; do
-    python -m scripts.bench_activations --device cuda --dtype "$dtype" --shape 5 4096 9216 \
+    python -m scripts.bench.activations --device cuda --dtype "$dtype" --shape 5 4096 9216 \
       --rows relu2 xielu xiprelu swiglu "xielu paper reference"
   done
   # the paper's 1.1B LM head + loss at 5 x 4096 tokens: chunk sizes, eager vs compiled softmax
-  python -m scripts.bench_loss --device cuda --tokens 20480 --dim 1536 --vocab 147456 \
+  python -m scripts.bench.loss --device cuda --tokens 20480 --dim 1536 --vocab 147456 \
     --chunks 1024 4096
 fi
 
@@ -94,12 +94,12 @@ fi
 # compiling its blocks and loss (a minute or more): four rows, then three, one ten-minute slot each
 if wants training; then
   # without checkpointing (does it fit?) and selective (the default)
-  python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
+  python -m scripts.bench.throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
     --compile blocks --checkpointing none selective --activations relu2 xielu
 fi
 if wants training-others; then
   # the other two activations at the default, against ReLU² in the same run
-  python -m scripts.bench_throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
+  python -m scripts.bench.throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
     --compile blocks --checkpointing selective --activations relu2 xiprelu swiglu
 fi
 
@@ -123,5 +123,5 @@ if wants ladder; then
     fi
     (( rc == 0 )) || exit "$rc"
   done
-  python -m scripts.width_report runs/ladder_short-* --base 128 --out results/ladder_short
+  python -m scripts.study.width_report runs/ladder_short-* --base 128 --out results/ladder_short
 fi

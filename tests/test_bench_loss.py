@@ -1,6 +1,6 @@
 """The LM-head benchmark end to end on a tiny head: one row per setting, ratios to the first."""
 
-from scripts.bench_loss import main
+from scripts.bench.loss import main
 
 
 def test_a_row_per_chunk_size_and_the_full_logits_reference(capsys):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scripts.bench_scoring import main
+from scripts.bench.scoring import main
 
 
 def test_both_rows_are_timed_and_the_table_gives_ratios_to_the_first(capsys):

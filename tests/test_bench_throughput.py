@@ -6,7 +6,7 @@ Times are not asserted (benchmarks measure, tests check behaviour); sizes and sa
 import pytest
 
 from eval.paper import EFFICIENCY_TABLE
-from scripts.bench_throughput import main
+from scripts.bench.throughput import main
 
 
 @pytest.mark.slow
@@ -56,7 +56,7 @@ def test_a_grid_of_settings_gives_a_group_of_rows_each_and_the_fastest_per_activ
 
 
 def test_an_out_of_memory_row_is_a_row_that_says_what_to_try(tmp_path):
-    from scripts.bench_throughput import fastest_settings, table
+    from scripts.bench.throughput import fastest_settings, table
     from scripts.common import write_csv
 
     fit = {

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from eval.comparison import paired_difference, power_law_fit, spread, trend
-from scripts import study_report
+from scripts.study import study_report
 from train_helpers import compose
 from training.sweeps import expand
 

@@ -1,4 +1,4 @@
-"""µP's coordinate check (``scripts/coord_check.py``) against µP's own prediction.
+"""µP's coordinate check (``scripts/study/coord_check.py``) against µP's own prediction.
 
 Independent truth: Tensor Programs V's width exponents. Under µP every layer's output and its
 change in training are Θ(1) in width (slope 0 of log RMS against log width), and the logits
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.coord_check import Setup, check, kind, main, slope, slopes
+from scripts.study.coord_check import Setup, check, kind, main, slope, slopes
 
 WIDTHS = [64, 128, 256]
 STEPS = 3

@@ -278,7 +278,7 @@ def test_a_missing_file_of_one_source_is_refused_before_a_run_naming_the_entry(c
 def test_the_share_report_prints_the_weights_drawn_and_the_skew_of_mixing_documents(
     corpora, capsys
 ):
-    from scripts.mixture_shares import main
+    from scripts.study.mixture_shares import main
 
     sources = (
         f"data.sources=[{{name: long, source: local, weight: 0.3, paths: [{corpora}/long/*]}},"

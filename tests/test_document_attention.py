@@ -14,7 +14,7 @@ from torch.nn.attention.flex_attention import flex_attention
 
 from model import Llama, ModelConfig
 from model.document_attention import block_mask, dense_mask, document_mask, flex, kernel_for
-from scripts.bench_attention import document_ids
+from scripts.bench.attention import document_ids
 from training.checks import check_on_device
 from training.config import ConfigError, ExperimentConfig
 from training.runtime.parallelize import apply_activation_checkpointing, matmul_policy

@@ -1,8 +1,8 @@
 """What the Triton kernels compile to for a Hopper GPU (sm_90), checked on a CPU.
 
 Triton compiles ahead of time with the CUDA tools its Linux wheel ships
-(``scripts/inspect_kernels.py``), so the properties that decide a pointwise kernel's speed on a
-GPU are facts here: 128-bit vector loads and stores, no register spills, and few enough
+(``scripts/bench/inspect_kernels.py``), so the properties that decide a pointwise kernel's speed on
+a GPU are facts here: 128-bit vector loads and stores, no register spills, and few enough
 instructions per element that memory, not instruction issue, bounds the kernel.
 """
 
@@ -23,7 +23,7 @@ PROBE = """
 import dataclasses
 import json
 import torch
-from scripts.inspect_kernels import budget, inspect_all
+from scripts.bench.inspect_kernels import budget, inspect_all
 from xielu.fused.triton_kernels import config_for
 import argparse
 limits = argparse.Namespace(sms=132, clock_ghz=1.98, bandwidth=2.66)
@@ -38,7 +38,7 @@ print(json.dumps([
 # the min instructions of xIELU's kernels, in PTX (the exponent is capped at eps with a min)
 MINIMA = """
 import re
-from scripts.inspect_kernels import compile_kernel
+from scripts.bench.inspect_kernels import compile_kernel
 from xielu.fused.triton_kernels import KernelConfig
 for direction in ("forward", "backward"):
     ptx = compile_kernel(direction, "xielu", "bfloat16", KernelConfig())["ptx"]

@@ -1,4 +1,4 @@
-"""The outlier study's report (scripts/outlier_report.py) on runs written out by hand."""
+"""The outlier study's report (scripts/study/outlier_report.py) on runs written out by hand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eval.runs import Run
-from scripts.outlier_report import interval, rows, width_effects, worst_layer
+from scripts.study.outlier_report import interval, rows, width_effects, worst_layer
 
 
 def run(activation: str, width: int, seed: int, kurtosis: dict[int, list[float]]) -> Run:

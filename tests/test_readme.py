@@ -499,11 +499,11 @@ def data_numbers() -> list[str]:
 def evaluation_numbers() -> list[str]:
     from data import load_tokenizer
     from data.config import TokenizerConfig
-    from scripts import bench_scoring
+    from scripts.bench import scoring as bench_scoring
 
     a = parsed_arguments(bench_scoring, [])
     return [
-        f"`python -m scripts.bench_scoring` ({a.batch} requests of {a.length} tokens,"
+        f"`python -m scripts.bench.scoring` ({a.batch} requests of {a.length} tokens,"
         f" {a.continuation} scored each, Llama 3's {a.vocab:,}-entry vocabulary, dim {a.dim};",
         f"Llama 3's {load_tokenizer(TokenizerConfig('llama3')).vocab_size:,}-entry",
     ]
@@ -555,7 +555,7 @@ def model_numbers() -> list[str]:
 
 
 def bench_activations_shape() -> str:
-    from scripts import bench_activations
+    from scripts.bench import activations as bench_activations
 
     return " x ".join(map(str, parsed_arguments(bench_activations, []).shape))
 

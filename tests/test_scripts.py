@@ -75,7 +75,7 @@ def test_markdown_table_has_a_separator_per_column():
 
 
 def test_checkpoint_benchmark_saves_the_same_state_both_ways(capsys):
-    from scripts.bench_checkpoint import main
+    from scripts.bench.checkpoint import main
 
     rows = main(["--repeats", "1", "--vocab-size", "256"])
     assert [r["mode"] for r in rows] == ["sync", "async"]
@@ -104,7 +104,7 @@ def test_median_ms_divides_a_sample_of_back_to_back_calls_by_their_number(monkey
 
 
 def test_kernel_tuning_picks_per_dtype_the_least_total_over_both_kinds():
-    from scripts.tune_kernels import Timing, best_configs
+    from scripts.bench.tune_kernels import Timing, best_configs
 
     timings = [
         Timing("bfloat16", "xielu", "a", 1.0, True),
@@ -122,17 +122,14 @@ def test_kernel_tuning_picks_per_dtype_the_least_total_over_both_kinds():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 def test_kernel_tuning_without_a_gpu_says_it_needs_one():
-    from scripts.tune_kernels import main
+    from scripts.bench.tune_kernels import main
 
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         main([])
 
 
-def test_mutation_focus_picks_the_mutants_of_the_module_or_function_asked_for(
-    monkeypatch, tmp_path
-):
-    from scripts import mutation_focus
-    from scripts.common import mutant_statuses
+def test_mutation_testing_picks_the_mutants_of_the_module_or_function_asked_for(monkeypatch):
+    from scripts import mutation
 
     text = """training/step.py:
     training.step.x_train_step__mutmut_1: not checked
@@ -140,40 +137,14 @@ def test_mutation_focus_picks_the_mutants_of_the_module_or_function_asked_for(
 training/step_health.py:
     training.step_health.xǁStepHealthǁsettle__mutmut_3: survived
 """
-    statuses = mutant_statuses(text)
-    assert mutation_focus.mutant_names(statuses, "training.step.") == [
+    statuses = mutation.mutant_statuses(text)
+    assert mutation.mutant_names(statuses, "training.step") == [
         "training.step.x_train_step__mutmut_1",
         "training.step.x_token_weights__mutmut_2",
     ]
-    assert mutation_focus.mutant_names(statuses, "training.step.x_token_weights__") == [
+    assert mutation.mutant_names(statuses, "training.step.x_token_weights") == [
         "training.step.x_token_weights__mutmut_2"
     ]
-    monkeypatch.setattr(mutation_focus, "MUTANTS", tmp_path / "mutants")
-    with pytest.raises(SystemExit, match="run `mutmut run` until it has generated the mutants"):
-        mutation_focus.main(["training.step.", "tests/test_train_step.py"])
-
-
-def test_mutation_scores_count_per_module_and_leave_untested_mutants_out_of_the_score():
-    from scripts.mutation_scores import parse_results, score_rows
-
-    text = """training/schedule.py:
-    training.schedule.x_wsd__mutmut_1: killed
-    training.schedule.x_wsd__mutmut_2: survived
-    training.schedule.x_cosine__mutmut_1: killed
-    training.schedule.x_cosine__mutmut_2: killed
-    training.schedule.x_cosine__mutmut_3: no tests
-    training.schedule.x_cosine__mutmut_4: not checked
-model/loss.py:
-    model.loss.xǁ_ChunkedLinearCrossEntropyǁforward__mutmut_7: timeout
-    model.loss.x_linear_cross_entropy__mutmut_1: killed
-"""
-    by_module = parse_results(text)
-    assert set(by_module) == {"training.schedule", "model.loss"}
-    assert by_module["training.schedule"]["training.schedule.x_wsd__mutmut_2"] == "survived"
-    rows = score_rows(by_module)
-    # killed, survived, no tests, timeout, not judged yet, score = killed / (killed + survived
-    # + timeout)
-    assert rows == [
-        ["model.loss", "1", "0", "0", "1", "0", "50.0%"],
-        ["training.schedule", "3", "1", "1", "0", "1", "75.0%"],
-    ]
+    monkeypatch.setattr(mutation, "generate", lambda: statuses)
+    with pytest.raises(SystemExit, match=r"no mutant of 'model\.loss': is its file in"):
+        mutation.main(["model.loss", "tests/test_loss.py"])

@@ -1,4 +1,4 @@
-"""The width study's report (``scripts/width_report.py``) on synthetic run directories: which
+"""The width study's report (``scripts/study/width_report.py``) on synthetic run directories: which
 rate is best where, the ladder's second stage, and its statistics against closed forms."""
 
 import csv
@@ -9,7 +9,7 @@ import statistics
 import pytest
 import yaml
 
-from scripts import width_report
+from scripts.study import width_report
 
 T975_2 = 4.302652729911275  # Student's t 0.975 quantile, 2 degrees of freedom (tables)
 

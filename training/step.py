@@ -1,7 +1,7 @@
 """One optimizer step: forward and backward over the micro-batches, gradient clipping, the update.
 
 The trainer takes it (``training/loop.py``), and so do the benchmarks
-(``scripts/bench_throughput.py``) and the memory estimate (``scripts/estimate_memory.py``), so
+(``scripts/bench/throughput.py``) and the memory estimate (``scripts/estimate_memory.py``), so
 that what they time and count is the step that trains, not a copy that drifts from it.
 """
 

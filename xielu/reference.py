@@ -1,7 +1,7 @@
 """The paper's appendix implementations, transcribed as plain autograd code.
 
 These are the *unfused reference*: what the authors trained with (relying on torch.compile). They
-serve as the baseline in ``scripts/bench_activations.py`` and as an independent check of the
+serve as the baseline in ``scripts/bench/activations.py`` and as an independent check of the
 library's formulas in the tests. Scalars are 1-element tensors, alphas enter through softplus.
 """
 

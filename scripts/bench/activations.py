@@ -1,7 +1,7 @@
 """Benchmark activations: forward+backward time and bytes saved for backward.
 
-    python -m scripts.bench_activations                       # 8x1024x1536 fp32 on CPU
-    python -m scripts.bench_activations --dtype bfloat16 --device cuda --all
+    python -m scripts.bench.activations                       # 8x1024x1536 fp32 on CPU
+    python -m scripts.bench.activations --dtype bfloat16 --device cuda --all
 
 Every row is timed in the same run as ReLU², and the table prints each time as a ratio to ReLU²
 (eager against eager, compiled against compiled). "saved/x" is the size of the tensors autograd

@@ -1,7 +1,7 @@
 """Attention within documents: tokens/s and peak memory of each kernel, against plain causal SDPA.
 
-    python -m scripts.bench_attention                       # the paper's 1.1B heads, seq 1024-4096
-    python -m scripts.bench_attention --seq 4096 --doc-tokens 512
+    python -m scripts.bench.attention                       # the paper's 1.1B heads, seq 1024-4096
+    python -m scripts.bench.attention --seq 4096 --doc-tokens 512
 
 Three ways to attend over packed windows (``model/document_attention.py``): plain causal SDPA
 (attends across documents: the speed to beat), the dense [batch, 1, seq, seq] mask through SDPA

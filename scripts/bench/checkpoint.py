@@ -1,7 +1,7 @@
 """How long training stands still per checkpoint: synchronous against asynchronous saves.
 
-    python -m scripts.bench_checkpoint                          # tiny model, CPU
-    python -m scripts.bench_checkpoint --preset paper_1b --device cuda
+    python -m scripts.bench.checkpoint                          # tiny model, CPU
+    python -m scripts.bench.checkpoint --preset paper_1b --device cuda
 
 Both rows save the same model and AdamW state (fp32 weights and both moments, as the trainer's
 checkpoints) with the trainer's ``CheckpointWriter``. "stall" is the time ``save`` blocks the

@@ -1,7 +1,7 @@
 """Benchmark the data pipeline against the raw tokenizer on the same text, in one process.
 
-    python -m scripts.bench_data                                # builtin corpus as parquet
-    python -m scripts.bench_data --paths 'fineweb/*.parquet' --tokenizer llama3
+    python -m scripts.bench.data                                # builtin corpus as parquet
+    python -m scripts.bench.data --paths 'fineweb/*.parquet' --tokenizer llama3
 
 Rows: the tokenizer's encode rate on the documents already in memory (the ceiling), and the
 training pipeline read -> tokenize -> pack -> batch from parquet through the real

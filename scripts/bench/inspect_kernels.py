@@ -1,7 +1,7 @@
 """The machine code of the Triton kernels for a Hopper GPU, read on any Linux machine.
 
-    python -m scripts.inspect_kernels                         # CONFIGS' launch shapes, sm_90
-    python -m scripts.inspect_kernels --block 4096 --warps 4 --blocks-per-program 4
+    python -m scripts.bench.inspect_kernels                         # CONFIGS' launch shapes, sm_90
+    python -m scripts.bench.inspect_kernels --block 4096 --warps 4 --blocks-per-program 4
 
 Triton compiles ahead of time for a named target with the ``ptxas`` and ``cuobjdump`` its Linux
 wheel ships, so what a kernel becomes on an H100 or GH200 can be checked without one. Per kernel

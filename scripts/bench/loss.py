@@ -1,7 +1,7 @@
 """Benchmark the fused LM head + cross-entropy (``model/loss.py``): chunk sizes, eager vs compiled.
 
-    python -m scripts.bench_loss                                  # CPU, a small head
-    python -m scripts.bench_loss --device cuda --tokens 20480 --dim 1536 --vocab 147456
+    python -m scripts.bench.loss                                  # CPU, a small head
+    python -m scripts.bench.loss --device cuda --tokens 20480 --dim 1536 --vocab 147456
 
 The second line is the paper's 1.1B head (``configs/model/paper_1b.yaml``) at 5 x 4096 tokens
 per GPU. One row = forward + backward of ``linear_cross_entropy`` under bf16 autocast, as the

@@ -1,7 +1,7 @@
 """Benchmark a training step of the project's Llama against transformers' classes.
 
-    python -m scripts.bench_model                      # small config, CPU, eager and compiled
-    python -m scripts.bench_model --preset paper_1b --device cuda --dtype bfloat16 --batch 1
+    python -m scripts.bench.model                      # small config, CPU, eager and compiled
+    python -m scripts.bench.model --preset paper_1b --device cuda --dtype bfloat16 --batch 1
 
 One training step = forward, cross-entropy loss, backward, AdamW update. Every row builds the
 same architecture with the same weights (the transformers model is made by ``model.hf``'s

@@ -1,7 +1,7 @@
 """What the outlier telemetry (``logging.outliers_every``) costs: a measured step, a plain one.
 
-    python -m scripts.bench_outliers                      # tiny model, CPU
-    python -m scripts.bench_outliers --preset paper_1b --batch 5 --seq 4096 --bf16 --compile
+    python -m scripts.bench.outliers                      # tiny model, CPU
+    python -m scripts.bench.outliers --preset paper_1b --batch 5 --seq 4096 --bf16 --compile
 
 In one process, the trainer's own step (``training.step.train_step``) timed three ways: plain
 (compiled when ``--compile``), plain but eager (what a measured step runs as), and measured (the

@@ -2,8 +2,8 @@
 continuation's tokens only (``model.loss.token_scores``, the adapter's path) against the
 log-softmax of the whole logits tensor, then picking the continuation's entries.
 
-    python -m scripts.bench_scoring                          # CPU, Llama 3's vocabulary
-    python -m scripts.bench_scoring --device cuda --vocab 131072 --dim 1536 --length 2048
+    python -m scripts.bench.scoring                          # CPU, Llama 3's vocabulary
+    python -m scripts.bench.scoring --device cuda --vocab 131072 --dim 1536 --length 2048
 
 A batch of ``--batch`` contexts of ``--length`` tokens, each followed by a continuation of
 ``--continuation`` tokens (an answer choice is a few). Both rows start from the same final

@@ -1,9 +1,9 @@
 """The paper's efficiency table: time per training iteration and peak memory per activation.
 
-    python scripts/bench_throughput.py                         # small model, CPU, fp32
-    python scripts/bench_throughput.py --preset paper_1b --batch 5 --seq 4096 --bf16 --compile
+    python scripts/bench/throughput.py                         # small model, CPU, fp32
+    python scripts/bench/throughput.py --preset paper_1b --batch 5 --seq 4096 --bf16 --compile
     # choose a run's settings: every combination, each activation at each
-    python -m scripts.bench_throughput --preset paper_1b --seq 4096 --bf16 --batch 4 5 6 \
+    python -m scripts.bench.throughput --preset paper_1b --seq 4096 --bf16 --batch 4 5 6 \
         --compile blocks model --checkpointing none selective full --activations relu2 xielu
 
 Every activation trains the same model at matched size (plain MLPs 1.5x wider than gated ones,

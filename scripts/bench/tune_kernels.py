@@ -1,7 +1,7 @@
 """Measure the Triton kernels' launch shapes on a GPU, against compiled ReLU² in the same run.
 
-    python -m scripts.tune_kernels                           # 5 x 4096 x 9216, bf16 and fp32
-    python -m scripts.tune_kernels --dtypes bfloat16 --blocks 1024 4096 --warps 4 8 16
+    python -m scripts.bench.tune_kernels                           # 5 x 4096 x 9216, bf16 and fp32
+    python -m scripts.bench.tune_kernels --dtypes bfloat16 --blocks 1024 4096 --warps 4 8 16
 
 For every launch shape (block, warps, blocks per backward program) it times xIELU's and
 xIPReLU's forward + backward kernels, called directly (no autograd), and checks that two
@@ -9,7 +9,7 @@ backward calls give bit-identical alpha gradients. A row shows the time, the eff
 bandwidth over the five passes no pointwise activation can avoid (read x, write y; read x and
 grad, write dx) and the ratio to ReLU² compiled by Inductor, forward + backward, which is the
 goal (issue: within x1.05). Samples are 20 ms of back-to-back calls, as in
-``scripts.bench_activations`` on a GPU.
+``scripts.bench.activations`` on a GPU.
 
 The closing lines are the ``CONFIGS`` entries for ``xielu/fused/triton_kernels.py``: per dtype
 the shape with the least time summed over both activations. The shapes are fixed, not autotuned

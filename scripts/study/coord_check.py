@@ -1,7 +1,7 @@
 """µP's coordinate check: does any activation in the model grow or vanish with width in training?
 
-    python -m scripts.coord_check                          # widths 64-1024, three MLPs, table
-    python -m scripts.coord_check --out docs/coord_check   # also the figure and a CSV
+    python -m scripts.study.coord_check                          # widths 64-1024, three MLPs, table
+    python -m scripts.study.coord_check --out docs/coord_check   # also the figure and a CSV
 
 A parametrization is a set of width rules (``model.parametrization``, docs/model.md). Whether
 the rules are right is not a matter of reading code: train the same model at several widths for

@@ -1,7 +1,7 @@
 """Measure a mixture's realised token shares, beside what mixing documents would have given.
 
-    python -m scripts.mixture_shares                          # configs/data/mixture.yaml
-    python -m scripts.mixture_shares --windows 4000 data.tokenizer.name=mistral_nemo \\
+    python -m scripts.study.mixture_shares                          # configs/data/mixture.yaml
+    python -m scripts.study.mixture_shares --windows 4000 data.tokenizer.name=mistral_nemo \\
         'data.sources=[{name: c4, source: local, weight: 0.5, paths: [c4/*.json.gz]}, ...]'
 
 Reads ``--windows`` training windows of one stream through the real loader (the arguments

@@ -1,7 +1,7 @@
 """Where an activation works at initialisation: the per-layer diagnostics of a fresh model.
 
-    python -m scripts.operating_regime                                  # tiny vs the paper's 1.1B
-    python -m scripts.operating_regime --preset tiny --dim 256 --init-scaling fixed width
+    python -m scripts.study.operating_regime               # tiny vs the paper's 1.1B
+    python -m scripts.study.operating_regime --preset tiny --dim 256 --init-scaling fixed width
 
 Builds each model as the trainer would (seeded, ``model.init_scaling`` applied), runs one
 forward of random tokens and prints, per layer group, the MLP pre-activation RMS, its fraction

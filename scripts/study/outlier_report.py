@@ -1,6 +1,6 @@
 """Which activation grows outliers, with training and with width: the outlier study's report.
 
-    python -m scripts.outlier_report runs/outliers-* --out docs/outliers
+    python -m scripts.study.outlier_report runs/outliers-* --out docs/outliers
 
 Reads the outlier telemetry (``training/instruments/outliers.py``) of every run given
 (``configs/sweep/outliers.yaml``). Per run and step, a tensor's statistic is summarised by its

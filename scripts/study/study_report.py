@@ -1,7 +1,7 @@
 """The comparison report of a study: best learning rate, spread over seeds, paired differences.
 
-    python -m scripts.study_report runs/study-* --out docs/study          # table, CSV, figures
-    python -m scripts.study_report runs/study-* --seeds-sweep configs/sweep/study_seeds.yaml
+    python -m scripts.study.study_report runs/study-* --out docs/study  # table, CSV, figures
+    python -m scripts.study.study_report runs/study-* --seeds-sweep configs/sweep/study_seeds.yaml
 
 A run is one point of (activation, ``model.init_scaling``, width, ``optim.lr``, seed), read from
 its ``config.yaml`` and ``metrics.jsonl``. Selection bias is avoided by design: each arm's
@@ -131,7 +131,8 @@ def table(rows: list[dict], baseline: str) -> list[str]:
 def seeds_sweep(rows: list[dict], experiment: str, seeds: list[int]) -> str:
     """The second stage's sweep file: every arm at its chosen rate, on the reported seeds."""
     lines = [
-        "# Written by python -m scripts.study_report --seeds-sweep: each arm at the learning rate",
+        "# Written by python -m scripts.study.study_report --seeds-sweep: each arm at the "
+        "learning rate",
         "# it did best with on the selection seed, trained again on other seeds.",
         "grids:",
     ]
@@ -139,7 +140,7 @@ def seeds_sweep(rows: list[dict], experiment: str, seeds: list[int]) -> str:
         if r["init_scaling"] == "mup":
             raise ValueError(
                 "a µP study takes its rates from the base width: "
-                "python -m scripts.width_report --ladder-sweep writes its second stage"
+                "python -m scripts.study.width_report --ladder-sweep writes its second stage"
             )
         lines += [
             f"  - overrides: [experiment={experiment}, model.init_scaling={r['init_scaling']},",

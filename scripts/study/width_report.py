@@ -1,10 +1,10 @@
 """The width study's report: does the best learning rate move with width, and does an
 activation's gap to the baseline shrink, hold or grow along a µP width ladder?
 
-    python -m scripts.width_report runs/width-* --out docs/width   # tables, CSV, figures
+    python -m scripts.study.width_report runs/width-* --out docs/width   # tables, CSV, figures
 
-Two stages, as in ``scripts.study_report``, so that no reported number is one a rate was picked
-on (``configs/experiment/width.yaml``):
+Two stages, as in ``scripts.study.study_report``, so that no reported number is one a rate was
+picked on (``configs/experiment/width.yaml``):
 
 1. **Rates** (``configs/sweep/width_lr.yaml``, the selection seed 0): final validation loss
    against ``optim.lr`` per parametrization, activation and width. Under µP the best rate at

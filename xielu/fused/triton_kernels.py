@@ -7,8 +7,8 @@ gradients are bit-identical run to run, which bit-exact resume needs.
 
 Launch shapes come from :data:`CONFIGS` (per storage dtype), fixed rather than autotuned: the
 backward's reduction order depends on the shape, and a timing-based choice could differ between
-the run that wrote a checkpoint and the run that resumes it. ``python -m scripts.tune_kernels``
-measures the candidates on a GPU.
+the run that wrote a checkpoint and the run that resumes it.
+``python -m scripts.bench.tune_kernels`` measures the candidates on a GPU.
 
 The kernels are plain ``tl`` arithmetic with no libdevice calls, so Triton's interpreter
 (``TRITON_INTERPRET=1``) runs them on CPU tensors, which is how they are tested without a GPU.
@@ -52,10 +52,10 @@ class KernelConfig:
             raise ValueError(f"blocks_per_program={self.blocks_per_program} must be >= 1")
 
 
-# bf16: `python -m scripts.tune_kernels --dtypes bfloat16` on an H100 on 2026-11-27 (x1.04 of
+# bf16: `python -m scripts.bench.tune_kernels --dtypes bfloat16` on an H100 on 2026-11-27 (x1.04 of
 # compiled ReLU² for xIELU, x1.02 for xIPReLU, against x1.16 at the default); float16 moves the
 # same bytes and takes the same shape; float32 keeps the default until it is measured.
-# `python -m scripts.tune_kernels` prints the best candidates per dtype to put here.
+# `python -m scripts.bench.tune_kernels` prints the best candidates per dtype to put here.
 CONFIGS: dict[torch.dtype, KernelConfig] = {
     torch.bfloat16: KernelConfig(block=2048, warps=4, blocks_per_program=16),
     torch.float16: KernelConfig(block=2048, warps=4, blocks_per_program=16),
