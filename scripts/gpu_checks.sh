@@ -55,6 +55,11 @@ if [[ "$parts" == first ]]; then
   part kernels 60 python -m scripts.bench.activations --device cuda --dtype bfloat16 \
     --shape 5 4096 9216 --rows relu2 xielu
   part throughput_fp8 240 "${throughput[@]}" --float8 none tensorwise
+  # issue 57: xIELU and xIPReLU on the traced path (fused by Inductor with the down
+  # projection's amax and float8 cast), against ReLU² in the same run; the op's rows are
+  # throughput_fp8's. The faster path per precision and recipe goes into TRACED_FASTER
+  part activation_paths 300 "${throughput[@]}" --activations relu2 xielu xiprelu \
+    --float8 none tensorwise --activation-backend traced
   part resume 90 bash scripts/gpu_resume.sh "$data" /tmp/gpu_resume
   part fp8_loss 180 python -m scripts.bench.fp8_loss --data "$data" --activations relu2 xielu \
     --float8 none tensorwise rowwise --seeds 0

@@ -10,6 +10,9 @@ from xielu import XIELU, XIPReLU
 from xielu.fused import formulas, ops
 
 KINDS = {"xielu": XIELU, "xiprelu": XIPReLU}
+# the custom op (``auto``: its eager kernels here, tests/conftest.py) and the traced
+# autograd function that torch.compile fuses into its neighbours: the same numbers
+BACKENDS = ["auto", "traced"]
 
 
 def _inputs(n: int = 6000, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
@@ -20,9 +23,9 @@ def _inputs(n: int = 6000, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
     return torch.cat([special.double(), x]).to(dtype)
 
 
-def _pair(cls, **kwargs):
+def _pair(cls, backend: str = "auto", **kwargs):
     """A fused module and an unfused one (generic autograd path) with identical parameters."""
-    fused = cls(**kwargs, fused=True).double()
+    fused = cls(**kwargs, fused=True, backend=backend).double()
     plain = cls(**kwargs, fused=False).double()
     with torch.no_grad():
         fused.alpha_p.add_(0.17)
@@ -31,9 +34,10 @@ def _pair(cls, **kwargs):
     return fused, plain
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_fused_backward_equals_autograd_of_the_formula_everywhere(kind):
-    fused, plain = _pair(KINDS[kind])
+def test_fused_backward_equals_autograd_of_the_formula_everywhere(kind, backend):
+    fused, plain = _pair(KINDS[kind], backend)
     x = _inputs()
     grad = torch.randn_like(x)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
@@ -57,9 +61,10 @@ def test_xielu_slope_inside_the_eps_band_is_beta_minus_alpha_n():
     assert x.grad.tolist() == pytest.approx([0.5 - alpha_n] * 2, rel=1e-12)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_gradcheck_in_float64(kind):
-    module = KINDS[kind](alpha_p_init=0.7, alpha_n_init=1.1).double()
+def test_gradcheck_in_float64(kind, backend):
+    module = KINDS[kind](alpha_p_init=0.7, alpha_n_init=1.1, backend=backend).double()
     x = torch.cat([torch.linspace(-4, -0.01, 9), torch.linspace(0.01, 4, 9)]).double()
     x.requires_grad_(True)
     assert torch.autograd.gradcheck(
@@ -84,9 +89,10 @@ def test_custom_op_registration_passes_opcheck(op):
     torch.library.opcheck(op, (x, alpha_p, alpha_n, 0.5, -1e-6, "eager"))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_only_the_input_is_saved_for_backward(kind):
-    module = KINDS[kind]()
+def test_only_the_input_is_saved_for_backward(kind, backend):
+    module = KINDS[kind](backend=backend)
     x = torch.randn(64, 512, requires_grad=True)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
@@ -113,10 +119,11 @@ def test_outputs_and_gradients_stay_finite_over_a_wide_range(kind, dtype):
     assert torch.isfinite(module.alpha_p.grad).all() and torch.isfinite(module.alpha_n.grad).all()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_nan_propagates_through_forward_and_backward(kind):
+def test_nan_propagates_through_forward_and_backward(kind, backend):
     """Stricter than autograd of xIELU's formula, whose clamp would give dx = beta - alpha_n."""
-    module = KINDS[kind]()
+    module = KINDS[kind](backend=backend)
     x = torch.tensor([1.0, float("nan"), -1.0], requires_grad=True)
     y = module(x)
     y.sum().backward()
@@ -129,9 +136,10 @@ def test_nan_propagates_through_forward_and_backward(kind):
 BF16_RTOL = 2.0**-8
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_bf16_results_are_within_one_bf16_rounding_of_float64(kind):
-    module = KINDS[kind]()
+def test_bf16_results_are_within_one_bf16_rounding_of_float64(kind, backend):
+    module = KINDS[kind](backend=backend)
     x16 = (torch.randn(20000) * 4).to(torch.bfloat16).requires_grad_(True)
     x64 = x16.detach().double().requires_grad_(True)
     reference = KINDS[kind](fused=False).double()
@@ -252,8 +260,11 @@ def test_compiled_cpu_kernels_equal_the_eager_kernels(kind, fresh_compiled_kerne
 
 
 @pytest.mark.slow
-def test_module_compiles_without_graph_breaks():
-    layer = torch.nn.Sequential(torch.nn.Linear(16, 32), XIELU(), torch.nn.Linear(32, 16))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_compiles_without_graph_breaks(backend):
+    layer = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), XIELU(backend=backend), torch.nn.Linear(32, 16)
+    )
     compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
     x = torch.randn(4, 16)
     compiled(x).sum().backward()

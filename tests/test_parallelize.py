@@ -169,3 +169,25 @@ def test_the_compile_backend_setting_reaches_every_compile_of_the_run(
     torch._dynamo.reset()
     with compile_backend("inductor"), pytest.raises(Exception, match="Inductor was called"):
         torch.compile(lambda t: t.cos() * 2)(x)
+
+
+def test_a_compiled_run_takes_the_activation_path_measured_faster(monkeypatch):
+    """``xielu.fused.ops.TRACED_FASTER`` names where the traced path won on a GPU: there an
+    ``auto`` activation takes it when the run compiles, a backend set by hand is kept, and an
+    eager run keeps the op (the traced path's point is Inductor's fusion)."""
+    from xielu.fused import ops
+
+    def backends(plan: ParallelPlan, **kwargs) -> set[str]:
+        model = tiny_model()
+        for layer in model.layers:
+            layer.mlp.act_fn.backend = kwargs.get("backend", "auto")
+        parallelize(model, CPU, plan)
+        return {layer.mlp.act_fn.backend for layer in model.layers}
+
+    compiled = ParallelPlan(compile="blocks")
+    assert backends(compiled) == {"auto"}  # nothing measured faster
+    monkeypatch.setattr(ops, "TRACED_FASTER", frozenset({("cpu", "fp32", "none")}))
+    assert backends(compiled) == {"traced"}
+    assert backends(compiled, backend="eager") == {"eager"}
+    assert backends(ParallelPlan()) == {"auto"}
+    assert backends(ParallelPlan(compile="blocks", precision="bf16")) == {"auto"}

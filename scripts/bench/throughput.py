@@ -41,6 +41,7 @@ from eval.paper import EFFICIENCY_TABLE
 from model.presets import available_presets
 from scripts.common import markdown, write_csv
 from training.config import CHOICES
+from xielu.fused.ops import BACKENDS
 
 BASELINE = "relu2"
 
@@ -73,7 +74,7 @@ def measure(activation: str, settings: Settings, args: argparse.Namespace) -> di
 
     device = torch.device(args.device)
     torch.manual_seed(0)
-    config = load_preset(args.preset, activation=activation, **model_overrides(args))
+    config = load_preset(args.preset, activation=activation, **model_overrides(args, activation))
     row = {"activation": activation, "mlp_hidden": config.hidden, **asdict(settings)}
     batch = settings.batch
     plan = ParallelPlan(
@@ -123,8 +124,14 @@ def measure(activation: str, settings: Settings, args: argparse.Namespace) -> di
     }
 
 
-def model_overrides(args: argparse.Namespace) -> dict:
+# the activations with a choice of path (``xielu.fused.ops``: the custom op or the traced one)
+PATH_CHOICE = ("xielu", "xiprelu")
+
+
+def model_overrides(args: argparse.Namespace, activation: str = "") -> dict:
     overrides = {"max_seq_len": max(args.seq, 16)}
+    if activation in PATH_CHOICE and args.activation_backend != "auto":
+        overrides["activation_kwargs"] = {"backend": args.activation_backend}
     if args.vocab_size:
         overrides["vocab_size"] = args.vocab_size
     if args.preset == "tiny":
@@ -246,6 +253,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         help="FP8 linear layers through torchao (a CUDA GPU of compute capability 8.9+); "
         "MFU stays counted against the bf16 peak",
     )
+    parser.add_argument(
+        "--activation-backend",
+        default="auto",
+        choices=BACKENDS,
+        help="xIELU's and xIPReLU's path: auto (the custom op's kernels), traced (an autograd "
+        "function Inductor fuses with its neighbours, under --compile), or one kernel set",
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument(
@@ -272,7 +286,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ]
     print(
         f"{args.preset}: {args.seq} tokens per sequence on {args.device}, "
-        f"{'bf16 autocast' if args.bf16 else 'fp32'}; median of {args.repeats} iterations "
+        f"{'bf16 autocast' if args.bf16 else 'fp32'}, xIELU/xIPReLU path "
+        f"{args.activation_backend}; median of {args.repeats} iterations "
         "(forward+loss+backward+AdamW), each activation and settings in a fresh process\n"
     )
     rows = []

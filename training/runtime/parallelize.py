@@ -243,6 +243,8 @@ def parallelize(model: nn.Module, env: Env, plan: ParallelPlan) -> TrainingModel
         apply_activation_checkpointing(
             model, selective=plan.activation_checkpointing == "selective"
         )
+    if plan.compile != "none":
+        take_the_measured_activation_path(model, env.device, plan)
     apply_compile(model, plan.compile)
     module = model
     if env.distributed and plan.parallelism == "ddp":
@@ -253,6 +255,21 @@ def parallelize(model: nn.Module, env: Env, plan: ParallelPlan) -> TrainingModel
     elif env.distributed and plan.parallelism == "fsdp":
         apply_fsdp(model, plan)
     return TrainingModel(module, model, plan, env)
+
+
+def take_the_measured_activation_path(model: nn.Module, device: torch.device, plan) -> None:
+    """In a compiled run, xIELU and xIPReLU left at ``backend="auto"`` take the traced path where
+    it was measured faster than the custom op for this device, precision and FP8 recipe
+    (``xielu.fused.ops.TRACED_FASTER``); a backend set by hand
+    (``model.activation_kwargs.backend=traced``) is kept."""
+    from xielu import XIELU, XIPReLU
+    from xielu.fused.ops import traced_is_faster
+
+    if not traced_is_faster(device.type, plan.precision, plan.float8):
+        return
+    for module in model.modules():
+        if isinstance(module, (XIELU, XIPReLU)) and module.backend == "auto":
+            module.backend = "traced"
 
 
 def compile_backend(backend: str):

@@ -14,6 +14,14 @@ Three interchangeable kernel sets compute the same math (``xielu.fused.formulas`
 - ``eager``: the same formulas run op by op; always available, used as the fallback.
 
 ``backend="auto"`` picks per tensor; the ``XIELU_BACKEND`` environment variable overrides it.
+
+A fourth path is no kernel set inside the op but the op's opposite: ``traced`` computes the same
+formulas in an ``autograd.Function`` (:class:`TracedPiecewise`) that ``torch.compile`` traces
+into the model's graph, so that Inductor fuses the activation with its neighbours: under FP8 the
+down projection's amax and float8 cast read the activation's input, not its output, as they
+read ReLU²'s (``tests/test_activation_fusion.py`` reads the generated code). It saves what the
+op saves (the input and the two alphas); its backward is the op's one-pass formula. Which of the
+two is faster is a measurement per GPU, precision and FP8 recipe (:func:`traced_is_faster`).
 """
 
 from __future__ import annotations
@@ -31,8 +39,20 @@ from torch import Tensor
 
 from xielu.fused import formulas
 
-Backend = Literal["auto", "triton", "compiled", "eager"]
-BACKENDS: tuple[str, ...] = ("auto", "triton", "compiled", "eager")
+Backend = Literal["auto", "triton", "compiled", "eager", "traced"]
+BACKENDS: tuple[str, ...] = ("auto", "triton", "compiled", "eager", "traced")
+
+# Where the traced path was measured faster than the custom op, by (device type, precision,
+# float8 recipe), in a compiled paper_1b step (``scripts/gpu_checks.sh first``'s
+# ``activation_paths``, docs/performance.md). Empty: not measured on a GPU yet, so ``auto``
+# keeps the op everywhere.
+TRACED_FASTER: frozenset[tuple[str, str, str]] = frozenset()
+
+
+def traced_is_faster(device_type: str, precision: str, float8: str) -> bool:
+    """Whether a compiled run on this device, precision and FP8 recipe should take the traced
+    path when the activation's backend is ``auto`` (``TRACED_FASTER``)."""
+    return (device_type, precision, float8) in TRACED_FASTER
 
 
 def _probe_triton() -> bool:
@@ -198,6 +218,39 @@ _xielu_op = _define("xielu")
 _xiprelu_op = _define("xiprelu")
 
 
+class TracedPiecewise(torch.autograd.Function):
+    """The ``traced`` path: the formulas of :mod:`xielu.fused.formulas` as an autograd function
+    ``torch.compile`` traces (forward and backward) into the surrounding graph, saving what the
+    custom op saves. Run eagerly, it is the ``eager`` kernel set op by op."""
+
+    @staticmethod
+    def forward(x: Tensor, alpha_p: Tensor, alpha_n: Tensor, beta: float, eps: float, kind: str):
+        return formulas.piecewise_forward(x, alpha_p, alpha_n, beta, eps, kind)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, alpha_p, alpha_n, beta, eps, kind = inputs
+        ctx.save_for_backward(x, alpha_p, alpha_n)
+        ctx.constants = (beta, eps, kind)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, alpha_p, alpha_n = ctx.saved_tensors
+        dx, d_alpha_p, d_alpha_n = formulas.piecewise_backward(
+            grad, x, alpha_p, alpha_n, *ctx.constants
+        )
+        return dx, d_alpha_p, d_alpha_n, None, None, None
+
+
+def _apply(kind: str, x: Tensor, alpha_p, alpha_n, beta: float, eps: float, backend: str):
+    chosen = resolve_backend(backend, x.device, x.dtype)
+    alpha_p, alpha_n = _as_alpha(alpha_p, x), _as_alpha(alpha_n, x)
+    if chosen == "traced":
+        return TracedPiecewise.apply(x, alpha_p, alpha_n, float(beta), float(eps), kind)
+    op = _xielu_op if kind == "xielu" else _xiprelu_op
+    return op(x, alpha_p, alpha_n, float(beta), float(eps), chosen)
+
+
 def _as_alpha(value: Tensor | float, like: Tensor) -> Tensor:
     if isinstance(value, Tensor):
         return value.reshape(1)
@@ -213,10 +266,7 @@ def xielu(
     backend: Backend = "auto",
 ) -> Tensor:
     """Fused xIELU (paper eq. 8) with *effective* alphas (alpha_n already includes beta)."""
-    chosen = resolve_backend(backend, x.device, x.dtype)
-    return _xielu_op(
-        x, _as_alpha(alpha_p, x), _as_alpha(alpha_n, x), float(beta), float(eps), chosen
-    )
+    return _apply("xielu", x, alpha_p, alpha_n, beta, eps, backend)
 
 
 def xiprelu(
@@ -227,5 +277,4 @@ def xiprelu(
     backend: Backend = "auto",
 ) -> Tensor:
     """Fused xIPReLU (paper eq. 18) with *effective* alphas."""
-    chosen = resolve_backend(backend, x.device, x.dtype)
-    return _xiprelu_op(x, _as_alpha(alpha_p, x), _as_alpha(alpha_n, x), float(beta), 0.0, chosen)
+    return _apply("xiprelu", x, alpha_p, alpha_n, beta, 0.0, backend)
