@@ -20,8 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from data import DataError
 from eval.downstream import during_training
-from training.checkpoint import IncompatibleCheckpointError, NoLoadableCheckpointError
-from training.config import ConfigError, ExperimentConfig, register_configs, to_experiment
+from training.config import ExperimentConfig, register_configs, to_experiment
+from training.errors import ConfigError, IncompatibleCheckpointError, NoLoadableCheckpointError
 from training.loop import train
 from training.plugins import plugin_components
 

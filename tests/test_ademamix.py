@@ -9,7 +9,8 @@ import torch
 
 from model import Llama, ModelConfig
 from training.ademamix import AdEMAMix, alpha_at, beta3_at
-from training.config import ConfigError, ExperimentConfig, OptimConfig, check_trainer
+from training.config import ExperimentConfig, OptimConfig, check_trainer
+from training.errors import ConfigError
 from training.optim import build_optimizer, parameter_groups
 from training.resume_rules import fixed_changes
 

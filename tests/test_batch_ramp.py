@@ -8,7 +8,8 @@ import pytest
 from scripts.estimate_sweep import job_cost
 from train_helpers import compose
 from training.batch_ramp import BatchPlan, check_batch_ramp
-from training.config import ConfigError, ExperimentConfig, RampStage
+from training.config import ExperimentConfig, RampStage
+from training.errors import ConfigError
 from training.schedule import learning_rate, stable_phase_end
 
 

@@ -27,7 +27,7 @@ from checkpoint_helpers import (
     train_a_step,
 )
 from training import checkpoint
-from training.checkpoint import UnsafeCheckpointError
+from training.errors import UnsafeCheckpointError
 
 SYSTEM = rf"{os.system.__module__}\.system"  # posix.system on Linux
 

@@ -7,14 +7,8 @@ import json
 
 import pytest
 
-from training.components import (
-    AtStop,
-    CheckpointFormatError,
-    Component,
-    Components,
-    TrainerState,
-    keeps_state,
-)
+from training.components import AtStop, Component, Components, TrainerState, keeps_state
+from training.errors import CheckpointFormatError
 
 
 class Trainer:

@@ -16,7 +16,8 @@ from model import Llama, ModelConfig
 from model.document_attention import block_mask, dense_mask, document_mask, flex, kernel_for
 from scripts.bench.attention import document_ids
 from training.checks import check_on_device
-from training.config import ConfigError, ExperimentConfig
+from training.config import ExperimentConfig
+from training.errors import ConfigError
 from training.runtime.parallelize import apply_activation_checkpointing, matmul_policy
 
 

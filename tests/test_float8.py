@@ -18,7 +18,8 @@ pytest.importorskip("torchao.float8", reason="the fp8 extra: pip install -e '.[f
 
 from model import Llama
 from model.presets import load_preset
-from training.config import ConfigError, TrainerConfig
+from training.config import TrainerConfig
+from training.errors import ConfigError
 from training.runtime import float8
 from training.runtime.parallelize import (
     ParallelPlan,

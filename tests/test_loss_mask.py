@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from data.packing import IGNORE_INDEX
 from model import Llama, ModelConfig
-from training.config import ConfigError, ExperimentConfig, check_trainer
+from training.config import ExperimentConfig, check_trainer
+from training.errors import ConfigError
 from training.loss_mask import HASH_BASE, HASH_MODULUS, LossMask, goldfish_dropped
 from training.runtime.distributed import Env
 from training.runtime.parallelize import ParallelPlan, parallelize

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from training.components import Component
-from training.config import ConfigError, ExperimentConfig
+from training.config import ExperimentConfig
+from training.errors import ConfigError
 from training.plugins import ENVIRONMENT_VARIABLE, plugin_components
 
 PLUGIN = """

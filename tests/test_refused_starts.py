@@ -25,7 +25,8 @@ from train_helpers import (
     snapshot,
     tiny_overrides,
 )
-from training.checkpoint import IncompatibleCheckpointError, load_trained_model, run_config
+from training.checkpoint import load_trained_model, run_config
+from training.errors import IncompatibleCheckpointError
 from training.resume_rules import FIXED_SECTIONS, MAY_CHANGE
 
 
@@ -230,7 +231,7 @@ def test_a_checkpoint_with_nothing_else_recorded_is_not_refused(tmp_path, record
 
 def test_a_recorded_config_that_differs_or_cannot_be_read_is_refused_naming_the_file(tmp_path):
     from training.checkpoint.saving import refuse_changes_since
-    from training.config import ConfigError
+    from training.errors import ConfigError
 
     config, config_yaml = compose(tiny_overrides(tmp_path, tmp_path / "run"))
     wider, _ = compose([*tiny_overrides(tmp_path, tmp_path / "run"), "model.dim=64"])

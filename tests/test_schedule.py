@@ -11,13 +11,8 @@ from omegaconf import OmegaConf
 from scripts.results_table import summarise
 from training import schedule as schedules
 from training.checks import check_config as validate
-from training.config import (
-    ConfigError,
-    ExperimentConfig,
-    OptimConfig,
-    ScheduleConfig,
-    TrainerConfig,
-)
+from training.config import ExperimentConfig, OptimConfig, ScheduleConfig, TrainerConfig
+from training.errors import ConfigError
 from training.schedule import (
     Schedule,
     available_schedules,

@@ -8,8 +8,9 @@ import statistics
 import pytest
 
 from train_helpers import metrics, run_in_process, tiny_overrides
+from training.errors import NonFiniteTrainingError
 from training.instruments.spikes import MIN_HISTORY, SpikeMonitor
-from training.step_health import NonFiniteTrainingError, StepHealth
+from training.step_health import StepHealth
 
 
 def feed(monitor, series, skip=False):

@@ -290,7 +290,7 @@ def test_in_loop_downstream_calls_the_evaluator_given_at_its_cadence(corpus, tmp
 
 
 def test_in_loop_downstream_without_an_evaluator_is_refused_before_any_work(corpus, tmp_path):
-    from training.config import ConfigError
+    from training.errors import ConfigError
     from training.loop import Trainer
 
     run_dir = tmp_path / "run"

@@ -19,7 +19,8 @@ from __future__ import annotations
 import bisect
 import math
 
-from training.config import ConfigError, ExperimentConfig
+from training.config import ExperimentConfig
+from training.errors import ConfigError
 
 
 class BatchPlan:

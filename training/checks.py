@@ -20,7 +20,8 @@ import torch
 
 from data import get_source
 from training.batch_ramp import check_batch_ramp
-from training.config import ConfigError, ExperimentConfig, check_finite, check_trainer
+from training.config import ExperimentConfig, check_finite, check_trainer
+from training.errors import ConfigError
 from training.schedule import check_schedule
 
 

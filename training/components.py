@@ -30,15 +30,13 @@ import enum
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from training.errors import CheckpointFormatError
+
 
 class Stateful(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-class CheckpointFormatError(RuntimeError):
-    """A checkpoint without a part this trainer registers: written by another version."""
 
 
 class AtStop(enum.Enum):

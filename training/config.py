@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 
 from data.config import DataConfig
 from model.config import ModelConfig
+from training.errors import ConfigError
 
 
 @dataclass
@@ -355,10 +356,6 @@ WHY = {
     "optim.eps": "Adam divides by sqrt(v) + eps",
     "optim.grad_clip": "0: no clipping; a negative clip climbs the gradient",
 }
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work, found before the run starts; the message names the key."""
 
 
 def config_value(config: ExperimentConfig, dotted: str):

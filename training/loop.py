@@ -21,10 +21,11 @@ from data import DataError, build_loader, first_batch, load_tokenizer
 from model import Llama
 from training.axes import write_run_files
 from training.batch_ramp import BatchPlan
-from training.checkpoint import Checkpointing, CheckpointWriteError, remove_crashed_saves
+from training.checkpoint import Checkpointing, remove_crashed_saves
 from training.checks import check_against_tokenizer, check_config, check_on_device
 from training.components import Component, Components, TrainerState, keeps_state
-from training.config import ConfigError, ExperimentConfig
+from training.config import ExperimentConfig
+from training.errors import CheckpointWriteError, ConfigError, NonFiniteTrainingError
 from training.instruments.grad_norms import GradNorms
 from training.instruments.measurements import (
     Diagnostics,
@@ -45,7 +46,7 @@ from training.runtime.parallelize import compile_backend, parallelize, plan_from
 from training.runtime.preemption import Preemption
 from training.schedule import learning_rate, stable_phase_end
 from training.step import train_step
-from training.step_health import NonFiniteTrainingError, StepHealth
+from training.step_health import StepHealth
 from training.summary import closing_summary, opening_line
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ from pathlib import Path
 from types import ModuleType
 
 from training.components import Component
-from training.config import ConfigError, ExperimentConfig
+from training.config import ExperimentConfig
+from training.errors import ConfigError
 
 ENVIRONMENT_VARIABLE = "XIELU_PLUGINS"
 

@@ -27,7 +27,8 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from training.config import ConfigError, ExperimentConfig
+from training.config import ExperimentConfig
+from training.errors import ConfigError
 
 # sections whose every key is fixed for the life of a run, and why
 FIXED_SECTIONS = {

@@ -23,7 +23,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from training.config import ConfigError, OptimConfig, ScheduleConfig
+from training.config import OptimConfig, ScheduleConfig
+from training.errors import ConfigError
 
 WSD_DECAY_SHAPES = ("1-sqrt", "linear", "cosine")
 

@@ -22,13 +22,10 @@ import math
 from typing import Any
 
 from training.components import Component
+from training.errors import NonFiniteTrainingError
 from training.instruments.spikes import Spike, SpikeMonitor
 
 log = logging.getLogger(__name__)
-
-
-class NonFiniteTrainingError(RuntimeError):
-    pass
 
 
 class StepHealth(Component):

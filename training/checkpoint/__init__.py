@@ -22,7 +22,6 @@ interpret.
 - ``runs``: a finished run read back, its config and trained model, for eval and export.
 """
 
-from training.checkpoint.integrity import DamagedCheckpointError
 from training.checkpoint.layout import (
     CONFIG_FILE,
     checkpoint_root,
@@ -31,17 +30,7 @@ from training.checkpoint.layout import (
     step_dir_name,
     step_of,
 )
-from training.checkpoint.load import (
-    IncompatibleCheckpointError,
-    Loaded,
-    NoLoadableCheckpointError,
-    OtherRankFailedError,
-    Resumed,
-    is_damage,
-    load,
-    load_latest,
-    set_aside,
-)
+from training.checkpoint.load import Loaded, Resumed, is_damage, load, load_latest, set_aside
 from training.checkpoint.runs import (
     checkpoint_config,
     checkpoint_path,
@@ -49,11 +38,15 @@ from training.checkpoint.runs import (
     run_config,
 )
 from training.checkpoint.saving import Checkpointing
-from training.checkpoint.unpickling import UnsafeCheckpointError, dcp_load
-from training.checkpoint.writer import (
+from training.checkpoint.unpickling import dcp_load
+from training.checkpoint.writer import CheckpointWriter, remove_crashed_saves
+from training.errors import (
     CheckpointWriteError,
-    CheckpointWriter,
-    remove_crashed_saves,
+    DamagedCheckpointError,
+    IncompatibleCheckpointError,
+    NoLoadableCheckpointError,
+    OtherRankFailedError,
+    UnsafeCheckpointError,
 )
 
 __all__ = [

@@ -25,7 +25,8 @@ import zlib
 from pathlib import Path
 
 from training.checkpoint.layout import RANK_FILES, TRAINER_FILE
-from training.checkpoint.unpickling import UnsafeCheckpointError, read_metadata
+from training.checkpoint.unpickling import read_metadata
+from training.errors import DamagedCheckpointError, UnsafeCheckpointError
 from training.runtime import distributed
 from training.runtime.distributed import Env
 
@@ -34,10 +35,6 @@ ALGORITHM = "crc32"
 _CHUNK = 16 * 2**20
 _SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")
 _RANK_FILE = re.compile(r"^rank_(\d{5})\.pt$")
-
-
-class DamagedCheckpointError(RuntimeError):
-    """The checkpoint's bytes are not the ones that were written: set it aside, use an older one."""
 
 
 def checksum(path: Path) -> dict:

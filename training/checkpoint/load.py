@@ -32,7 +32,6 @@ from typing import Any
 import torch
 
 from training.checkpoint import integrity
-from training.checkpoint.integrity import DamagedCheckpointError
 from training.checkpoint.layout import (
     TRAINER_FILE,
     complete_checkpoints,
@@ -47,48 +46,19 @@ from training.checkpoint.optimizer_state import (
 )
 from training.checkpoint.rank_files import EveryRankData, NeedsEveryRank, read_rank_files
 from training.checkpoint.rng import set_rng_state
-from training.checkpoint.unpickling import UnsafeCheckpointError, dcp_load
-from training.config import ConfigError
+from training.checkpoint.unpickling import dcp_load
+from training.errors import (
+    ConfigError,
+    DamagedCheckpointError,
+    IncompatibleCheckpointError,
+    NoLoadableCheckpointError,
+    OtherRankFailedError,
+    UnsafeCheckpointError,
+)
 from training.runtime import distributed
 from training.runtime.distributed import Env
 
 log = logging.getLogger(__name__)
-
-
-class NoLoadableCheckpointError(RuntimeError):
-    """Checkpoints exist and none of them loads: never silently start over from step 0."""
-
-    def __init__(self, run_dir: str | Path, failures: list[tuple[Path, str]], consequence: str):
-        listing = "\n".join(f"  {path.name}: {reason}" for path, reason in failures)
-        super().__init__(
-            f"{run_dir}: none of its {len(failures)} checkpoints can be loaded; {consequence}. "
-            f"Why each failed:\n{listing}"
-        )
-
-
-class IncompatibleCheckpointError(RuntimeError):
-    """A checkpoint whose bytes are intact does not load into this run: refuse, rename nothing."""
-
-    def __init__(self, path: Path, error: BaseException) -> None:
-        self.path, self.cause = path, error
-        super().__init__(
-            f"{path} is intact (its files are the ones written) but does not load into this "
-            f"run: {type(error).__name__}: {error}\nNothing was changed. Most often the model "
-            "differs from the run's (model.* on the command line against the config.yaml in "
-            "that checkpoint): run the command that started it, or give this run another "
-            "trainer.run_dir. If you know the checkpoint is bad, move it out of checkpoints/ "
-            "and rerun to resume from the one before."
-        )
-
-
-class OtherRankFailedError(RuntimeError):
-    """Raised on the ranks that loaded their part fine when another rank did not, so that every
-    rank takes the same decision; ``damage`` and ``transient`` say which (see
-    :func:`is_damage`, :func:`is_transient`)."""
-
-    def __init__(self, message: str, damage: bool, transient: bool = False) -> None:
-        super().__init__(message)
-        self.damage, self.transient = damage, transient
 
 
 def is_damage(error: BaseException) -> bool:

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from training.checkpoint.integrity import DamagedCheckpointError
 from training.checkpoint.layout import RANK_FILES, rank_file
-from training.checkpoint.unpickling import UnsafeCheckpointError, load_weights_only
+from training.checkpoint.unpickling import load_weights_only
+from training.errors import DamagedCheckpointError, UnsafeCheckpointError
 from training.runtime.distributed import Env
 
 log = logging.getLogger(__name__)

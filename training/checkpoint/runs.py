@@ -22,9 +22,10 @@ from training.checkpoint.layout import (
     single_process_is_intended,
     step_of,
 )
-from training.checkpoint.load import NoLoadableCheckpointError, is_damage
+from training.checkpoint.load import is_damage
 from training.checkpoint.unpickling import dcp_load
 from training.config import ExperimentConfig, to_experiment
+from training.errors import NoLoadableCheckpointError
 from training.runtime.distributed import Env
 
 log = logging.getLogger(__name__)

@@ -19,11 +19,11 @@ from training.checkpoint.load import load_latest, set_aside
 from training.checkpoint.runs import checkpoint_config
 from training.checkpoint.writer import CheckpointWriter
 from training.components import AtStop, Component
-from training.config import ConfigError, ExperimentConfig
+from training.config import ExperimentConfig
+from training.errors import ConfigError, NonFiniteTrainingError
 from training.resume_rules import refuse_fixed_changes
 from training.runtime import distributed
 from training.runtime.distributed import Env
-from training.step_health import NonFiniteTrainingError
 
 log = logging.getLogger(__name__)
 

@@ -31,6 +31,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
+from training.errors import UnsafeCheckpointError
+
 PLAIN_TYPES = (int, float, bool, str, type(None), tuple, list, dict)
 
 # What DCP's .metadata pickle references (checked on torch 2.13, for single-process and FSDP
@@ -53,10 +55,6 @@ DCP_METADATA_CLASSES = {
     "pathlib": {"Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"},
     "pathlib._local": {"Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"},
 }
-
-
-class UnsafeCheckpointError(pickle.UnpicklingError):
-    """A checkpoint file holds a pickle that would construct something outside the allow-list."""
 
 
 def load_weights_only(source: Path | io.BytesIO, where: str | Path) -> Any:

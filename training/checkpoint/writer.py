@@ -52,14 +52,11 @@ from training.checkpoint.layout import (
 )
 from training.checkpoint.optimizer_state import state_to_save
 from training.checkpoint.rng import rng_state
+from training.errors import CheckpointWriteError
 from training.runtime import distributed
 from training.runtime.distributed import Env
 
 log = logging.getLogger(__name__)
-
-
-class CheckpointWriteError(RuntimeError):
-    """A checkpoint could not be written; the previous one is untouched."""
 
 
 @dataclass

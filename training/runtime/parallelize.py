@@ -33,7 +33,8 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import nn
 
-from training.config import CHOICES, ConfigError, TrainerConfig
+from training.config import CHOICES, TrainerConfig
+from training.errors import ConfigError
 from training.runtime.distributed import Env
 
 # the trainer's choices (training/config.py), plus "none": evaluation's unwrapped model
