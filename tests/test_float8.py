@@ -18,7 +18,8 @@ pytest.importorskip("torchao.float8", reason="the fp8 extra: pip install -e '.[f
 
 from model import Llama
 from model.presets import load_preset
-from training.config import TrainerConfig
+from training.checks import check_config, check_on_device
+from training.config import ExperimentConfig, TrainerConfig
 from training.errors import ConfigError
 from training.runtime import float8
 from training.runtime.parallelize import (
@@ -71,17 +72,21 @@ def test_without_torchao_the_refusal_names_the_extra(monkeypatch):
     assert "pip install -e '.[fp8]'" in why
 
 
-def test_the_trainers_plan_refuses_float8_here_as_a_config_error():
+def test_the_device_check_refuses_float8_here_and_the_plan_only_carries_the_settings():
+    """Refused from ``training.checks`` before the model is built; the plan restates no check,
+    so evaluating an FP8 run's checkpoint on a CPU (``.for_evaluation()``) is not refused."""
+    config = ExperimentConfig(trainer=TrainerConfig(float8="tensorwise", precision="bf16"))
     with pytest.raises(ConfigError, match=r"trainer\.float8=tensorwise"):
-        plan_from_config(TrainerConfig(float8="tensorwise", precision="bf16"), CPU)
+        check_on_device(config, CPU)
+    assert plan_from_config(config.trainer, CPU).for_evaluation().float8 == "none"
     plan = plan_from_config(TrainerConfig(float8_keep=["lm_head", "down_proj"]), CPU)
     assert plan.float8 == "none" and plan.float8_keep == ("lm_head", "down_proj")
-    assert ParallelPlan(float8="rowwise").for_evaluation().float8 == "none"
 
 
-def test_an_unknown_recipe_is_refused_by_the_plan():
-    with pytest.raises(ValueError, match="float8='blockwise'"):
-        ParallelPlan(float8="blockwise")
+def test_an_unknown_recipe_is_refused_naming_the_key():
+    config = ExperimentConfig(trainer=TrainerConfig(float8="blockwise"))
+    with pytest.raises(ConfigError, match=r"trainer\.float8='blockwise' is not one of"):
+        check_config(config)
 
 
 # ----------------------------------------------------------------------------- which layers

@@ -120,8 +120,6 @@ def test_unknown_checkpointing_mode_is_an_error_naming_the_key():
     config = ExperimentConfig(trainer=TrainerConfig(activation_checkpointing="some"))
     with pytest.raises(ValueError, match=r"trainer\.activation_checkpointing='some'"):
         check_config(config)
-    with pytest.raises(ValueError, match="checkpointing='some'"):
-        ParallelPlan(activation_checkpointing="some")
 
 
 def test_evaluation_plan_keeps_only_the_precision():

@@ -22,11 +22,16 @@ from data import get_source
 from training.batch_ramp import check_batch_ramp
 from training.config import ExperimentConfig, check_finite, check_trainer
 from training.errors import ConfigError
+from training.runtime.float8 import refusal as float8_refusal
+from training.runtime.parallelize import resolve_precision
 from training.schedule import check_schedule
 
 
-def check_config(config: ExperimentConfig, world_size: int = 1) -> None:
-    """Raise ConfigError naming the key when the run cannot work as configured."""
+def check_config(
+    config: ExperimentConfig, world_size: int = 1, has_downstream_evaluator: bool = True
+) -> None:
+    """Raise ConfigError naming the key when the run cannot work as configured.
+    ``has_downstream_evaluator``: whether the caller hands the trainer one (``train.py`` does)."""
     check_finite(config)  # first: every range check below would let a NaN through
     check_trainer(config, world_size)
     check_batch_ramp(config, world_size)
@@ -35,10 +40,21 @@ def check_config(config: ExperimentConfig, world_size: int = 1) -> None:
         config.data.check_inputs()
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    if config.trainer.downstream_every and not has_downstream_evaluator:
+        raise ConfigError(
+            f"trainer.downstream_every={config.trainer.downstream_every} needs a downstream "
+            "evaluator: train.py passes eval.downstream.during_training; from Python, "
+            "training.loop.train(config, config_yaml, downstream=during_training)"
+        )
 
 
 def check_on_device(config: ExperimentConfig, device: torch.device) -> None:
-    """The checks that need the device the run trains on."""
+    """The checks that need the device the run trains on: FP8 matmuls (hardware, torchao,
+    bf16), FlexAttention's backward."""
+    precision = resolve_precision(config.trainer.precision, device)
+    why = float8_refusal(config.trainer.float8, precision, device)
+    if why:
+        raise ConfigError(why)
     if config.model.attention == "flex" and config.data.document_mask and device.type == "cpu":
         raise ConfigError(
             f"model.attention=flex with data.document_mask: FlexAttention has no backward on a "

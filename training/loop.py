@@ -25,7 +25,7 @@ from training.checkpoint import Checkpointing, remove_crashed_saves
 from training.checks import check_against_tokenizer, check_config, check_on_device
 from training.components import Component, Components, TrainerState, keeps_state
 from training.config import ExperimentConfig
-from training.errors import CheckpointWriteError, ConfigError, NonFiniteTrainingError
+from training.errors import CheckpointWriteError, NonFiniteTrainingError
 from training.instruments.grad_norms import GradNorms
 from training.instruments.measurements import (
     Diagnostics,
@@ -76,14 +76,8 @@ class Trainer:
         added from outside (docs/extending.md), run after the shipped ones, before the
         checkpoint."""
         self.config, self.config_yaml = config, config_yaml
-        if config.trainer.downstream_every and downstream is None:
-            raise ConfigError(
-                f"trainer.downstream_every={config.trainer.downstream_every} needs a downstream "
-                "evaluator: train.py passes eval.downstream.during_training; from Python, "
-                "training.loop.train(config, config_yaml, downstream=during_training)"
-            )
         self.env = env = distributed.init(config.trainer.collective_timeout_s)
-        check_config(config, env.world_size)
+        check_config(config, env.world_size, has_downstream_evaluator=downstream is not None)
         t = config.trainer
         self.run_dir = Path(t.run_dir)
         self.plan = BatchPlan(config, env.world_size)  # each step's batch (trainer.batch_ramp)

@@ -34,7 +34,6 @@ import torch
 from torch import nn
 
 from training.config import CHOICES, TrainerConfig
-from training.errors import ConfigError
 from training.runtime.distributed import Env
 
 # the trainer's choices (training/config.py), plus "none": evaluation's unwrapped model
@@ -66,17 +65,6 @@ class ParallelPlan:
     fsdp_reshard_after_forward: bool = True
     fsdp_reduce_every_micro_batch: bool = False
 
-    def __post_init__(self) -> None:
-        for name, allowed in (
-            ("parallelism", PARALLELISMS),
-            ("precision", ("bf16", "fp32")),
-            ("compile", CHOICES["trainer.compile"]),
-            ("activation_checkpointing", CHOICES["trainer.activation_checkpointing"]),
-            ("float8", CHOICES["trainer.float8"]),
-        ):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
-
     @property
     def bf16(self) -> bool:
         return self.precision == "bf16"
@@ -96,14 +84,11 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 
 def plan_from_config(trainer: TrainerConfig, device: torch.device) -> ParallelPlan:
-    """The plan the trainer's settings (``trainer.*``) describe, for ``device``; raises
-    ConfigError for what this device cannot run (``trainer.float8`` without FP8 hardware)."""
-    from training.runtime.float8 import refusal
-
+    """The plan the trainer's settings (``trainer.*``) describe, for ``device``: the same
+    values, ``auto`` precision resolved. Their checks are the config's
+    (``training.checks.check_config``, and ``check_on_device`` for what this device cannot
+    run); the plan restates none of them."""
     precision = resolve_precision(trainer.precision, device)
-    why = refusal(trainer.float8, precision, device)
-    if why:
-        raise ConfigError(why)
     same_names = {f.name: getattr(trainer, f.name) for f in fields(ParallelPlan)}
     return ParallelPlan(
         **{**same_names, "precision": precision, "float8_keep": tuple(trainer.float8_keep)}
