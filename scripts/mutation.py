@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,8 +54,11 @@ def mutant_names(statuses: dict[str, str], prefix: str) -> list[str]:
 
 
 def generate() -> dict[str, str]:
-    """Every configured module's mutants in ``mutants/`` (mutmut's own first step, as ``mutmut
-    run`` takes it before it runs any test), and their statuses."""
+    """Every configured module's mutants in a fresh ``mutants/`` (mutmut's own first step, as
+    ``mutmut run`` takes it before it runs any test), and their statuses. Fresh: mutmut keeps
+    the mutants of files it has copied before, so a module added to ``only_mutate`` or a
+    changed test would otherwise be judged on a stale copy."""
+    shutil.rmtree(MUTANTS, ignore_errors=True)
     subprocess.run(
         [sys.executable, "-c", "import mutmut.__main__ as m; m.set_mutant_under_test("
          "'mutant_generation'); import os; os.makedirs('mutants', exist_ok=True); "

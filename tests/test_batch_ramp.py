@@ -127,3 +127,6 @@ def test_a_stage_that_shrinks_the_batch_is_run_as_asked_with_a_warning():
     (warning,) = plan.warnings()
     assert "trainer.batch_ramp[1].global_batch=8 is smaller than the 32 before it" in warning
     assert BatchPlan(experiment(100, 16, 16, [(4_000, 32)])).warnings() == []
+    (first,) = BatchPlan(experiment(100, 16, 16, [(4_000, 8)])).warnings()
+    assert "trainer.batch_ramp[0].global_batch=8 is smaller than the 16 before it" in first
+    assert BatchPlan(experiment(100, 16, 16, [(4_000, 16)])).warnings() == []  # unchanged

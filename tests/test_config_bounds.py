@@ -39,6 +39,16 @@ def test_a_value_below_its_bound_is_refused_naming_the_key(key):
         check_config(_with(ExperimentConfig(), key, below))
 
 
+def test_a_refusal_gives_the_reason_of_a_rule_that_needs_one_and_no_other_words():
+    """``training.config.WHY``: a bound whose reason is not plain says it, in parentheses."""
+    with pytest.raises(ValueError) as refused:
+        check_config(_with(ExperimentConfig(), "optim.lr", 0.0))
+    assert str(refused.value) == "optim.lr must be positive (0 trains nothing), got 0.0"
+    with pytest.raises(ValueError) as refused:
+        check_config(_with(ExperimentConfig(), "optim.z_loss", -1.0))
+    assert str(refused.value) == "optim.z_loss must be >= 0, got -1.0"
+
+
 def test_the_defaults_are_within_bounds():
     check_config(ExperimentConfig())
 
@@ -69,7 +79,7 @@ FLOAT_KEYS = _float_keys(ExperimentConfig(), "")
 
 def _refused(config_of, key: str) -> None:
     """Building the config (its dataclasses' own checks) or checking it raises, naming key."""
-    with pytest.raises(ValueError, match=re.escape(key)):
+    with pytest.raises(ValueError, match=rf"(^|\s){re.escape(key)}\b"):
         check_config(config_of())
 
 

@@ -170,6 +170,15 @@ def test_wsd_warmup_and_cooldown_must_fit_in_the_run_and_cosine_ignores_decay_st
         validate(_config(steps=30, name="cosine", warmup_steps=31))
 
 
+def test_no_warmup_and_no_cooldown_are_settings_not_errors():
+    """Both lengths are bounded at 0 inclusive: a run may start at the peak and hold it."""
+    validate(_config(warmup_steps=0, decay_steps=0))
+    validate(_config(name="cosine", warmup_steps=0, decay_steps=0))
+    optim = OptimConfig(lr=LR, min_lr=MIN)
+    config = ScheduleConfig("wsd", warmup_steps=0, decay_steps=0)
+    assert [learning_rate(s, 100, optim, config) for s in (0, 50, 99)] == [LR] * 3
+
+
 def test_the_stable_phase_ends_where_the_wsd_cooldown_starts_and_only_there():
     assert stable_phase_end(ScheduleConfig("wsd", decay_steps=20), 100) == 80
     assert stable_phase_end(ScheduleConfig("wsd", decay_steps=14500), 70000) == 55500
