@@ -42,10 +42,10 @@ def files_changed(saved: list[str], current: list[str]) -> str:
 
 def check_same_identity(saved: dict, current: dict) -> None:
     """Refuse a resume whose data, tokenizer, sequence length or stream layout differ from the
-    checkpoint's. A key the checkpoint did not record (``files``, before it was) is not
-    compared: the fingerprint (``source``) still is."""
+    checkpoint's. ``files``, which checkpoints record since a refusal names them, is not
+    compared when the checkpoint has none: the fingerprint (``source``) still is."""
     for key, value in current.items():
-        if key not in saved or saved[key] == value:
+        if saved.get(key) == value or (key == "files" and key not in saved):
             continue
         if key == "files":
             raise DataError(

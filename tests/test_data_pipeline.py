@@ -210,6 +210,22 @@ def test_resume_on_another_dataset_or_past_restore_loader_is_refused(corpus, tmp
         restore_loader(other_both, [state])
 
 
+def test_a_data_state_saved_before_files_were_recorded_still_resumes(corpus):
+    """Checkpoints record the files' names and sizes (so a refusal can name a changed one);
+    an older state without them resumes on its fingerprint alone."""
+    directory, _ = corpus
+    loader = build_loader(config(directory), batch_size=2)
+    batches = iter(loader)
+    take(batches, 2)
+    state = loader.state_dict()
+    expected = take(batches, 3)
+    del state["dataset_state"]["pending"]["identity"]["files"]
+    resumed = build_loader(config(directory), batch_size=2)
+    resumed.load_state_dict(state)
+    got = take(iter(resumed), 3)
+    assert all(torch.equal(a["inputs"], b["inputs"]) for a, b in zip(got, expected, strict=True))
+
+
 def test_validation_slice_is_held_out_and_independent_of_world_size(corpus):
     directory, docs = corpus
     cfg = config(directory, validation_documents=12)

@@ -91,7 +91,7 @@ def why_no_validation(config: ExperimentConfig) -> str:
     if not config.data.validation_documents:
         return "data.validation_documents=0 holds no text out"
     if not config.trainer.eval_every:
-        return "trainer.eval_every=0 and no cooldown to validate at"
+        return "trainer.eval_every=0"
     return "no validation step was reached"
 
 
