@@ -14,6 +14,7 @@ from data import (
     TokenizerConfig,
     build_loader,
     build_validation_loader,
+    first_batch,
     restore_loader,
 )
 from data.packing import IGNORE_INDEX, Packer, document_index
@@ -208,6 +209,25 @@ def test_resume_on_another_dataset_or_past_restore_loader_is_refused(corpus, tmp
     other_both = build_loader(config(tmp_path), batch_size=2, rank=0, world_size=2)
     with pytest.raises(DataError, match=changed):
         restore_loader(other_both, [state])
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_first_batch_gives_a_source_s_refusal_as_its_own_words_from_a_worker_too(tmp_path, workers):
+    """A DataLoader worker's exception reaches the trainer wrapped in the worker's traceback;
+    the refusal the trainer prints is the source's message alone."""
+    (tmp_path / "empty.jsonl").write_text("")
+    cfg = DataConfig(
+        source="local",
+        paths=[str(tmp_path / "empty.jsonl")],
+        seq_len=16,
+        validation_documents=0,
+        num_workers=workers,
+        tokenizer=TokenizerConfig("bytes"),
+    )
+    batches, refusal = first_batch(build_loader(cfg, batch_size=2))
+    assert batches is None
+    assert str(refusal).startswith("no training document for this stream in a whole epoch")
+    assert "Traceback" not in str(refusal)
 
 
 def test_a_data_state_saved_before_files_were_recorded_still_resumes(corpus):
