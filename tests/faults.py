@@ -44,10 +44,10 @@ class NanLoss(Component):
     def begin(self, trainer) -> None:
         trainer.model.bare.register_forward_hook(self._poison)
 
-    def step_start(self, trainer) -> None:
-        self.armed = trainer.step in self.steps  # only the training forwards of that step
+    def step_start(self, trainer, step: int) -> None:
+        self.armed = step - 1 in self.steps  # only the training forwards of that step
 
-    def before_clip(self, trainer) -> None:
+    def before_clip(self, trainer, step: int) -> None:
         self.armed = False
 
     def _poison(self, module, inputs, loss):
@@ -93,8 +93,8 @@ class SignalAtStep(Component):
         self.signal, self.step = signal.Signals[parts[0]], int(parts[1])
         self.rank = int(parts[2]) if len(parts) == 3 else None
 
-    def after_update(self, trainer, stepped: bool) -> None:
-        if trainer.step == self.step and self.rank in (None, trainer.env.rank):
+    def after_update(self, trainer, step: int, stepped: bool) -> None:
+        if step == self.step and self.rank in (None, trainer.env.rank):
             os.kill(os.getpid(), self.signal)
 
 
@@ -124,8 +124,8 @@ class RaiseIn(Component):
 
             training.summary.run_summary = self.fail  # closing_summary looks it up by name
 
-    def before_clip(self, trainer) -> None:
-        if trainer.step + 1 == self.step and self.rank in self.ranks:  # trainer.step: 0-based
+    def before_clip(self, trainer, step: int) -> None:
+        if step == self.step and self.rank in self.ranks:
             self.fail()
 
 

@@ -21,8 +21,8 @@ class Measure(Component):
     def __init__(self, name: str, every: int, at=(), at_stop=AtStop.LATER) -> None:
         self.name, self.every, self.at, self.at_stop = name, every, tuple(at), at_stop
 
-    def step_end(self, trainer) -> None:
-        trainer.lines.append((trainer.step, self.name))
+    def step_end(self, trainer, step: int) -> None:
+        trainer.lines.append((step, self.name))
 
 
 def components(steps: int) -> Components:
@@ -95,14 +95,14 @@ def test_every_component_judges_a_step_and_any_one_cancels_its_update():
         def __init__(self, name: str, allow: bool) -> None:
             self.name, self.allow, self.seen = name, allow, []
 
-        def before_update(self, trainer, loss, grad_norm) -> bool:
-            self.seen.append((trainer, loss, grad_norm))
+        def before_update(self, trainer, step, loss, grad_norm) -> bool:
+            self.seen.append((trainer, step, loss, grad_norm))
             return self.allow
 
     trainer, no, yes = Trainer(), Verdict("no", False), Verdict("yes", True)
-    assert Components([no, yes], last=1).before_update(trainer, 2.0, 1.0) is False
-    assert no.seen == yes.seen == [(trainer, 2.0, 1.0)]  # the later one still saw the step
-    assert Components([yes], last=1).before_update(trainer, 2.0, 1.0) is True
+    assert Components([no, yes], last=1).before_update(trainer, 1, 2.0, 1.0) is False
+    assert no.seen == yes.seen == [(trainer, 1, 2.0, 1.0)]  # the later one still saw the step
+    assert Components([yes], last=1).before_update(trainer, 1, 2.0, 1.0) is True
 
 
 def test_the_runs_end_reaches_every_component_with_the_error_it_ends_on():
@@ -121,9 +121,10 @@ def test_the_runs_end_reaches_every_component_with_the_error_it_ends_on():
 def test_a_cadence_includes_the_last_step_and_its_extra_steps_and_never_zero_unless_asked():
     m = Measure("m", 5, at=(3,))
     assert [s for s in range(13) if m.due(s, 12)] == [3, 5, 10, 12]
-    assert not Measure("off", 0, at=(3,)).due(3, 12)  # 0: off, extra steps too
+    off = Measure("off", 0, at=(3,))  # no cadence: only the steps it names
+    assert [s for s in range(13) if off.due(s, 12)] == [3]
     assert Measure("start", 5, at=(0,)).due(0, 12)
-    last_only = Measure("log", 0, at=(3,))
+    last_only = Measure("log", 0)
     last_only.at_last_even_when_off = True  # the step log and checkpoint with a cadence of 0
     assert [s for s in range(13) if last_only.due(s, 12)] == [12]
     assert [s for s in range(4) if Measure("each", 1).due(s, 12)] == [1, 2, 3]  # not step 0
@@ -144,6 +145,52 @@ def test_the_hooks_run_a_cadenced_component_at_the_runs_last_step_too():
     trainer.lines = []
     resumed.run_pending(trainer, 6)
     assert trainer.lines == [(6, "validation")]
+
+
+def test_every_hook_named_on_cadence_runs_at_its_due_steps_handed_the_step_it_concerns():
+    """The one rule of training/components.py: a hook in ``on_cadence`` runs when ``due``
+    says, any other hook at every step, and each is handed the step (1-based)."""
+
+    class Probe(Component):
+        name, every, on_cadence = "probe", 2, ("before_clip", "after_update")
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, int]] = []
+
+        def step_start(self, trainer, step: int) -> None:
+            self.calls.append(("step_start", step))
+
+        def before_clip(self, trainer, step: int) -> None:
+            self.calls.append(("before_clip", step))
+
+        def before_update(self, trainer, step: int, loss: float, grad_norm: float) -> bool:
+            self.calls.append(("before_update", step))
+            return True
+
+        def after_update(self, trainer, step: int, stepped: bool) -> None:
+            self.calls.append(("after_update", step))
+
+    probe, trainer = Probe(), Trainer()
+    hooks = Components([probe], last=5)
+    for step in range(1, 6):
+        hooks.step_start(trainer, step)
+        hooks.before_clip(trainer, step)
+        hooks.before_update(trainer, step, 1.0, 1.0)
+        hooks.after_update(trainer, step, True)
+    every_step = [(hook, s) for s in range(1, 6) for hook in ("step_start", "before_update")]
+    due = [(hook, s) for s in (2, 4, 5) for hook in ("before_clip", "after_update")]
+    assert sorted(probe.calls) == sorted(every_step + due)
+
+
+def test_measurements_switched_off_keep_no_extra_step():
+    """``every=0`` turns validation and diagnostics off entirely: their extra steps (the end of
+    the stable phase, step 0) are only theirs while they run."""
+    from training.instruments.measurements import Diagnostics, Validation
+
+    assert Validation(None, 0, stable_end=8).due(8, 10) is False
+    assert Validation(None, 4, stable_end=6).due(6, 10) is True
+    assert Diagnostics(None, 0).due(0, 10) is False
+    assert Diagnostics(None, 5).due(0, 10) is True
 
 
 def test_running_out_of_memory_reaches_every_component_with_the_trainer():
@@ -218,7 +265,7 @@ class Tally(Component):
     def __init__(self) -> None:
         self.seen = 0
 
-    def step_end(self, trainer) -> None:
+    def step_end(self, trainer, step: int) -> None:
         self.seen += 1
 
     def state_dict(self) -> dict:

@@ -61,7 +61,7 @@ def step_counter():
         def __init__(self) -> None:
             self.calls = 0
 
-        def step_end(self, trainer) -> None:
+        def step_end(self, trainer, step: int) -> None:
             self.calls += 1
             weight = float(trainer.model.bare.norm.weight.detach().mean())
             trainer.log({"toy/calls": self.calls, "toy/final_norm_mean": weight}, console=False)

@@ -261,9 +261,9 @@ def test_the_fsdp_scale_precompute_runs_only_for_tensorwise_under_fsdp(monkeypat
     monkeypatch.setattr(
         torchao.float8, "precompute_float8_dynamic_scale_for_fsdp", precomputed.append
     )
-    found[0].after_update(None, stepped=False)
+    found[0].after_update(None, 1, stepped=False)
     assert precomputed == []
-    found[0].after_update(None, stepped=True)
+    found[0].after_update(None, 1, stepped=True)
     assert precomputed == [wrapped.bare]
 
 

@@ -71,10 +71,10 @@ def logged_step(clock, stats, *, step=7, loss=2.0, started_at=4, peak=None, rank
     log.begin(t)
     t.step = step
     clock.now = 102.5
-    log.step_start(t)
+    log.step_start(t, step)
     clock.now = 103.0
-    log.after_update(t, stepped=True)
-    log.step_end(t)
+    log.after_update(t, step, stepped=True)
+    log.step_end(t, step)
     return t
 
 

@@ -3,9 +3,14 @@
 Wired into the loop by hand, one part's state was once left out of the checkpoint, one
 measurement out of the "missed at a stop signal" rule, and "every N steps" was written four
 ways. So each part is a :class:`Component` that owns its cadence (``every``, ``at``, ``due``),
-its settings and its state, and the trainer only runs the hook points in order:
+its settings and its state, and the trainer only runs the hook points in order.
 
-- ``begin``: once, before the first step this process takes (after a resume: at its step);
+**Every hook that concerns a step is handed that step, 1-based: the step being taken in
+``step_start``, ``before_clip``, ``before_update`` and ``after_update``, the same step, just
+taken, in ``step_end`` (0 there: the regime at initialisation); and a hook named in the
+component's ``on_cadence`` runs only at the steps its ``due`` says, the others at every step.**
+
+- ``begin``: once, before anything else this process runs (after a resume: at its step);
 - ``step_start``: before the step's first micro-batch (the profiler opens its span);
 - ``before_clip``: the step's gradients are complete and not yet clipped (per-layer norms);
 - ``before_update``: the loss and global gradient norm are known; any component may cancel the
@@ -46,41 +51,46 @@ class AtStop(enum.Enum):
 
 
 class Component:
-    """A part of the trainer; override the hooks it needs (each receives the trainer).
+    """A part of the trainer; override the hooks it needs (each receives the trainer, and the
+    step it concerns: the module's rule).
 
-    ``every``: the cadence of ``step_end`` in steps (0: never); a cadenced component also runs
-    at the run's last step and at the steps in ``at``. Hooks run on every rank, in the order the
-    components were given, so they may run collectives; a record is logged with
-    ``trainer.log(record)`` (rank 0 writes it). ``at_last_even_when_off``: runs at the last step
-    even with ``every=0``, for what a finished run must have (its last log line, checkpoint).
-    A component that defines ``state_dict`` and ``load_state_dict`` (JSON values) is saved in
-    every checkpoint under its ``name``.
+    ``every``: the cadence in steps (0: none) of the hooks in ``on_cadence`` (``step_end``
+    unless the component says otherwise); a cadenced component also runs at the run's last
+    step. ``at``: steps it also runs at, whatever ``every``. ``at_last_even_when_off``: runs at
+    the last step even with ``every=0``, for what a finished run must have (its last log line,
+    checkpoint). Hooks run on every rank, in the order the components were given, so they may
+    run collectives; a record is logged with ``trainer.log(record, step=step)`` (rank 0 writes
+    it). A component that defines ``state_dict`` and ``load_state_dict`` (JSON values) is saved
+    in every checkpoint under its ``name``.
     """
 
     name: str = ""
     every: int = 0
     at: tuple[int, ...] = ()
+    on_cadence: tuple[str, ...] = ("step_end",)
     at_stop: AtStop = AtStop.LATER
     at_last_even_when_off = False  # the run's last step also with every=0 (log, checkpoint)
 
     def due(self, step: int, last: int) -> bool:
-        """Whether ``step_end`` runs at ``step`` (1-based: the step just taken) of ``last``."""
+        """Whether the hooks in ``on_cadence`` run at ``step`` (1-based) of ``last``."""
+        if step in self.at:
+            return True
         if self.every <= 0:
             return self.at_last_even_when_off and step == last
-        return (step > 0 and step % self.every == 0) or step == last or step in self.at
+        return (step > 0 and step % self.every == 0) or step == last
 
     def begin(self, trainer: Any) -> None: ...
 
-    def step_start(self, trainer: Any) -> None: ...
+    def step_start(self, trainer: Any, step: int) -> None: ...
 
-    def before_clip(self, trainer: Any) -> None: ...
+    def before_clip(self, trainer: Any, step: int) -> None: ...
 
-    def before_update(self, trainer: Any, loss: float, grad_norm: float) -> bool:
+    def before_update(self, trainer: Any, step: int, loss: float, grad_norm: float) -> bool:
         return True
 
-    def after_update(self, trainer: Any, stepped: bool) -> None: ...
+    def after_update(self, trainer: Any, step: int, stepped: bool) -> None: ...
 
-    def step_end(self, trainer: Any) -> None: ...
+    def step_end(self, trainer: Any, step: int) -> None: ...
 
     def out_of_memory(self, trainer: Any) -> None: ...
 
@@ -145,31 +155,35 @@ class Components:
         for c in self.all:
             c.begin(trainer)
 
-    def step_start(self, trainer: Any) -> None:
-        for c in self.all:
-            c.step_start(trainer)
+    def _run(self, hook: str, trainer: Any, step: int, *args: Any) -> list[Any]:
+        """``hook`` of every component, each at its cadence (the module's rule)."""
+        return [
+            getattr(c, hook)(trainer, step, *args)
+            for c in self.all
+            if hook not in c.on_cadence or c.due(step, self.last)
+        ]
 
-    def before_clip(self, trainer: Any) -> None:
-        for c in self.all:
-            c.before_clip(trainer)
+    def step_start(self, trainer: Any, step: int) -> None:
+        self._run("step_start", trainer, step)
 
-    def before_update(self, trainer: Any, loss: float, grad_norm: float) -> bool:
-        verdicts = [c.before_update(trainer, loss, grad_norm) for c in self.all]
-        return all(verdicts)
+    def before_clip(self, trainer: Any, step: int) -> None:
+        self._run("before_clip", trainer, step)
 
-    def after_update(self, trainer: Any, stepped: bool) -> None:
-        for c in self.all:
-            c.after_update(trainer, stepped)
+    def before_update(self, trainer: Any, step: int, loss: float, grad_norm: float) -> bool:
+        return all(self._run("before_update", trainer, step, loss, grad_norm))
+
+    def after_update(self, trainer: Any, step: int, stepped: bool) -> None:
+        self._run("after_update", trainer, step, stepped)
 
     def step_end(self, trainer: Any, step: int, stopping: bool) -> None:
         """The end-of-step work due at ``step``; at a stop, each component's ``at_stop`` rule."""
         for c in self.cadenced:
-            due = c.due(step, self.last)
+            due = "step_end" not in c.on_cadence or c.due(step, self.last)
             if stopping and c.at_stop is AtStop.LATER:
                 if due:
                     self.pending.append(c.name)
             elif due or (stopping and c.at_stop is AtStop.ALWAYS):
-                c.step_end(trainer)
+                c.step_end(trainer, step)
 
     def run_pending(self, trainer: Any, step: int) -> None:
         """The interrupted step's work, first thing on resume, unless this run's config no
@@ -177,7 +191,7 @@ class Components:
         pending, self.pending = self.pending, []
         for name in pending:
             if self.by_name[name].due(step, self.last):
-                self.by_name[name].step_end(trainer)
+                self.by_name[name].step_end(trainer, step)
 
     def out_of_memory(self, trainer: Any) -> None:
         for c in self.all:

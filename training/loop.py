@@ -136,12 +136,12 @@ class Trainer:
         self.preemption.install()
         error, exit_code = None, 0
         try:
+            self.components.begin(self)
             self.components.run_pending(self, self.step)  # what a stop left, on these weights
             if self.step == 0:  # the regime at initialisation
                 self.components.step_end(self, 0, stopping=False)
-            self.components.begin(self)
             while self.step < self.config.trainer.steps:
-                self.components.step_start(self)
+                self.components.step_start(self, self.step + 1)
                 self._train_step(data)
                 wish = self.preemption.agreed_wish(self.env)
                 self.stopping = wish > 0
@@ -180,7 +180,7 @@ class Trainer:
     def _train_step(self, data) -> None:
         """One update (or a step a component's verdict skips); ``self.record`` holds its
         values for the components that read them after the update."""
-        c, env = self.config, self.env
+        c, env, step = self.config, self.env, self.step + 1  # the step being taken, 1-based
         self.global_batch, self.accumulation = self.plan.at(self.step)
         lr = learning_rate(self.plan.position(self.step), c.trainer.steps, c.optim, c.schedule)
         set_learning_rate(self.optimizer, lr)
@@ -190,7 +190,7 @@ class Trainer:
             total = distributed.all_reduce_sum([loss_sum.item()], env.device)[0]
             loss = total / (self.accumulation * env.world_size)
             self.record = {"loss": loss, "lr": lr, "grad_norm": float(grad_norm)}
-            return self.components.before_update(self, loss, self.record["grad_norm"])
+            return self.components.before_update(self, step, loss, self.record["grad_norm"])
 
         try:
             result = train_step(
@@ -200,16 +200,16 @@ class Trainer:
                 self.accumulation,
                 c.optim.grad_clip,
                 should_update=decide,
-                before_clip=functools.partial(self.components.before_clip, self),
+                before_clip=functools.partial(self.components.before_clip, self, step),
                 loss_mask=self.loss_mask,
             )
         except torch.OutOfMemoryError:
             self.components.out_of_memory(self)
             raise
         self.record.update(result.measured)
-        self.step += 1
+        self.step = step
         self.tokens += self.global_batch * c.data.seq_len
-        self.components.after_update(self, result.stepped)
+        self.components.after_update(self, step, result.stepped)
 
     def log(self, record: dict, console: bool = True, step: int | None = None) -> None:
         """Log a component's record at ``step`` (default: the step just taken); rank 0."""

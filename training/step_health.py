@@ -49,12 +49,12 @@ class StepHealth(Component):
         self.new_level = False  # the step being judged ended a run of skipped spikes
         self.spike_skipped = False  # the step being judged is a skipped spike
 
-    def before_update(self, trainer: Any, loss: float, grad_norm: float) -> bool:
+    def before_update(self, trainer: Any, step: int, loss: float, grad_norm: float) -> bool:
         return self.should_update(loss, grad_norm)
 
-    def after_update(self, trainer: Any, stepped: bool) -> None:
+    def after_update(self, trainer: Any, step: int, stepped: bool) -> None:
         record = trainer.record
-        self.settle(trainer.step, stepped, record["loss"], record["grad_norm"], trainer.env.is_main)
+        self.settle(step, stepped, record["loss"], record["grad_norm"], trainer.env.is_main)
         record["skipped_steps"] = self.skipped
         if self.spike_count is not None:
             record["spikes"] = self.spike_count

@@ -70,23 +70,23 @@ class Checkpointing(Component):
             for change in found.changed_settings:
                 log.warning("resumed with the config's optimizer setting: %s", change)
 
-    def step_start(self, trainer: Any) -> None:
+    def step_start(self, trainer: Any, step: int) -> None:
         self.writer.poll()  # publish the asynchronous save once every rank has written it
 
-    def after_update(self, trainer: Any, stepped: bool) -> None:
+    def after_update(self, trainer: Any, step: int, stepped: bool) -> None:
         trainer.record["checkpoint_stall_s"] = self.writer.stall_s
 
-    def step_end(self, trainer: Any) -> None:
+    def step_end(self, trainer: Any, step: int) -> None:
         if distributed.any_rank(not trainer.model.local_weights_finite(), self.env.device):
             raise NonFiniteTrainingError(
-                f"step {trainer.step}: the weights are not finite; refusing to overwrite good "
+                f"step {step}: the weights are not finite; refusing to overwrite good "
                 "checkpoints with them"
             )
         self.writer.save(
-            trainer.step,
+            step,
             trainer.model.wrapped,
             trainer.optimizer,
-            {"step": trainer.step, "tokens": trainer.tokens, **trainer.state.state_dict()},
+            {"step": step, "tokens": trainer.tokens, **trainer.state.state_dict()},
             trainer.loader.state_dict(),
             trainer.config_yaml,
         )

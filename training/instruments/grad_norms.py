@@ -77,12 +77,11 @@ class GradNorms(Component):
     are clipped, logged at that step. A step's own measurement: nothing is left for later."""
 
     name = "grad_norms"
+    on_cadence = ("before_clip",)
 
     def __init__(self, every: int) -> None:
         self.every = every
 
-    def before_clip(self, trainer: Any) -> None:
-        step = trainer.step + 1  # the step being taken
-        if self.due(step, trainer.config.trainer.steps):
-            norms = per_layer_grad_norms(trainer.model, trainer.env.device)  # a collective
-            trainer.log(norms, console=False, step=step)
+    def before_clip(self, trainer: Any, step: int) -> None:
+        norms = per_layer_grad_norms(trainer.model, trainer.env.device)  # a collective
+        trainer.log(norms, console=False, step=step)

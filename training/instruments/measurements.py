@@ -132,15 +132,15 @@ class Diagnostics(Component):
     """The activation's regime, at initialisation too (step 0)."""
 
     name = "diagnostics"
-    at = (0,)
 
     def __init__(self, measure: Measurements, every: int) -> None:
         self.measure, self.every = measure, every
+        self.at = (0,) if every else ()
 
-    def step_end(self, trainer: Any) -> None:
+    def step_end(self, trainer: Any, step: int) -> None:
         record = self.measure.diagnostics()
         if record:  # empty without a held-out slice
-            trainer.log(record, console=False)
+            trainer.log(record, console=False, step=step)
 
 
 class Validation(Component):
@@ -151,12 +151,12 @@ class Validation(Component):
 
     def __init__(self, measure: Measurements, every: int, stable_end: int | None) -> None:
         self.measure, self.every = measure, every
-        self.at = () if stable_end is None else (stable_end,)
+        self.at = () if stable_end is None or not every else (stable_end,)
 
-    def step_end(self, trainer: Any) -> None:
+    def step_end(self, trainer: Any, step: int) -> None:
         record = self.measure.validation()
         if record:
-            trainer.log(record)
+            trainer.log(record, step=step)
 
 
 class Downstream(Component):
@@ -165,9 +165,9 @@ class Downstream(Component):
     def __init__(self, measure: Measurements, every: int) -> None:
         self.measure, self.every = measure, every
 
-    def step_end(self, trainer: Any) -> None:
+    def step_end(self, trainer: Any, step: int) -> None:
         record = self.measure.downstream()
-        trainer.log(record, console=False)
+        trainer.log(record, console=False, step=step)
         if trainer.env.is_main:
             shown = ", ".join(f"{k[len('downstream/') :]} {v:.3g}" for k, v in record.items())
-            log.info("step %d downstream: %s", trainer.step, shown)
+            log.info("step %d downstream: %s", step, shown)

@@ -154,25 +154,23 @@ class Outliers(Component):
     measurement, logged at that step (nothing is left for later)."""
 
     name = "outliers"
+    on_cadence = ("step_start", "after_update")
 
     def __init__(self, every: int) -> None:
         self.every = every
         self.recorder: Recorder | None = None
         self.stance = None
 
-    def step_start(self, trainer: Any) -> None:
-        step = trainer.step + 1  # the step about to be taken
-        if not self.due(step, trainer.config.trainer.steps):
-            return
+    def step_start(self, trainer: Any, step: int) -> None:
         self.recorder = Recorder(trainer.model.bare.layers, trainer.env.device)
         self.stance = torch.compiler.set_stance("force_eager")
         self.stance.__enter__()
 
-    def after_update(self, trainer: Any, stepped: bool) -> None:
+    def after_update(self, trainer: Any, step: int, stepped: bool) -> None:
         if self.recorder is None:
             return
         self._close()
-        trainer.log(self.recorder.scalars(trainer.env.device), console=False)
+        trainer.log(self.recorder.scalars(trainer.env.device), console=False, step=step)
         self.recorder = None
 
     def out_of_memory(self, trainer: Any) -> None:

@@ -86,17 +86,17 @@ class Profiling(Component):
     name = "profiling"
     at_stop = AtStop.NOW  # each profiled step's span closes at that step
 
+    on_cadence = ("step_start", "step_end")
+
     def __init__(self, steps: list[int], run_dir: str | Path, rank: int, device) -> None:
         self.profiler = StepProfiler(steps, run_dir, rank, device)
+        self.at = tuple(range(steps[0], steps[1] + 1)) if steps else ()  # every=0: only these
 
-    def due(self, step: int, last: int) -> bool:
-        return self.profiler.first <= step <= self.profiler.last
+    def step_start(self, trainer: Any, step: int) -> None:
+        self.profiler.before(step)
 
-    def step_start(self, trainer: Any) -> None:
-        self.profiler.before(trainer.step + 1)
-
-    def step_end(self, trainer: Any) -> None:
-        self.profiler.after(trainer.step)
+    def step_end(self, trainer: Any, step: int) -> None:
+        self.profiler.after(step)
 
     def out_of_memory(self, trainer: Any) -> None:
         self.profiler.out_of_memory()

@@ -36,13 +36,13 @@ class StepLog(Component):
     def begin(self, trainer: Any) -> None:
         self.started, self.start_step = time.perf_counter(), trainer.step  # for the ETA
 
-    def step_start(self, trainer: Any) -> None:
+    def step_start(self, trainer: Any, step: int) -> None:
         self.step_started = time.perf_counter()
 
-    def after_update(self, trainer: Any, stepped: bool) -> None:
+    def after_update(self, trainer: Any, step: int, stepped: bool) -> None:
         self.step_time = time.perf_counter() - self.step_started
 
-    def step_end(self, trainer: Any) -> None:
+    def step_end(self, trainer: Any, step: int) -> None:
         env, config = trainer.env, trainer.config
         per_layer = trainer.model.activation_scalars()  # a collective under FSDP: every rank
         data_counts = data_counters(trainer.loader.state_dict())  # this rank's streams
@@ -66,8 +66,8 @@ class StepLog(Component):
         }
         if self.peak:
             record["mfu"] = tokens_per_s / env.world_size * self.flops_per_token / self.peak
-        trainer.logger.log(trainer.step, record)
-        trainer.logger.log_alpha_table(trainer.step, per_layer)
+        trainer.logger.log(step, record)
+        trainer.logger.log_alpha_table(step, per_layer)
 
 
 def mixture_shares(counts: dict[str, float]) -> dict[str, float]:

@@ -135,7 +135,7 @@ class Float8Scales(Component):
     def __init__(self, model: nn.Module) -> None:
         self.model = model
 
-    def after_update(self, trainer, stepped: bool) -> None:
+    def after_update(self, trainer, step: int, stepped: bool) -> None:
         if not stepped:  # a skipped update left the weights, and so their scales, as they were
             return
         from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
