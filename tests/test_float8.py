@@ -10,6 +10,8 @@ directly; tokens/s and the loss against bf16 need a GPU (docs/performance.md).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
@@ -251,11 +253,14 @@ def test_the_fsdp_scale_precompute_runs_only_for_tensorwise_under_fsdp(monkeypat
         def __init__(self, recipe, fsdp):
             self.plan, self.fsdp, self.bare = ParallelPlan(float8=recipe), fsdp, nn.Linear(2, 2)
 
+    def built(wrapped: Wrapped):  # as the trainer builds its shipped components
+        return float8.Float8Scales.from_trainer(SimpleNamespace(model=wrapped))
+
     wrapped = Wrapped("tensorwise", True)
-    found = float8.float8_components(wrapped)
-    assert [type(c) for c in found] == [float8.Float8Scales]
-    assert float8.float8_components(Wrapped("rowwise", True)) == []
-    assert float8.float8_components(Wrapped("tensorwise", False)) == []
+    found = [built(wrapped)]
+    assert isinstance(found[0], float8.Float8Scales)
+    assert built(Wrapped("rowwise", True)) is None
+    assert built(Wrapped("tensorwise", False)) is None
     # after an update, over the bare model's weights; a skipped update changed no weight
     precomputed = []
     monkeypatch.setattr(

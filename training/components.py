@@ -71,6 +71,13 @@ class Component:
     at_stop: AtStop = AtStop.LATER
     at_last_even_when_off = False  # the run's last step also with every=0 (log, checkpoint)
 
+    @classmethod
+    def from_trainer(cls, trainer: Any) -> Component | None:
+        """A shipped component, built from the settings it reads (``trainer.config``, the run
+        directory, the device, the wrapped model), or None where it has nothing to do: the
+        trainer lists its components without knowing their keys (``training.loop.SHIPPED``)."""
+        raise NotImplementedError(f"{cls.__name__} is not built by the trainer")
+
     def due(self, step: int, last: int) -> bool:
         """Whether the hooks in ``on_cadence`` run at ``step`` (1-based) of ``last``."""
         if step in self.at:

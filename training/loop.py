@@ -37,19 +37,35 @@ from training.instruments.measurements import (
 from training.instruments.metrics import MetricsLogger
 from training.instruments.outliers import Outliers
 from training.instruments.profiling import Profiling
-from training.instruments.spikes import SpikeMonitor
 from training.instruments.step_log import StepLog
 from training.loss_mask import LossMask
 from training.optim import build_optimizer, set_learning_rate
 from training.runtime import distributed
+from training.runtime.float8 import Float8Scales
 from training.runtime.parallelize import compile_backend, parallelize, plan_from_config
 from training.runtime.preemption import Preemption
-from training.schedule import learning_rate, stable_phase_end
+from training.schedule import learning_rate
 from training.step import train_step
 from training.step_health import StepHealth
 from training.summary import closing_summary, opening_line
 
 log = logging.getLogger(__name__)
+
+# The shipped components, in the order their hooks run: at the end of a step the profile closes,
+# the step is logged, then measured. Each builds itself from the settings it reads
+# (``Component.from_trainer``); components added from outside run after them, and the
+# checkpoint, last, saves it all. A new one is its module and its line here.
+SHIPPED: tuple[type[Component], ...] = (
+    StepHealth,
+    GradNorms,
+    Outliers,
+    Profiling,
+    StepLog,
+    Diagnostics,
+    Validation,
+    Downstream,
+    Float8Scales,
+)
 
 EXIT_NON_FINITE = 3
 EXIT_CHECKPOINT_FAILED = 4
@@ -98,8 +114,8 @@ class Trainer:
         self.resumed_at: int | None = None  # the checkpoint's step, when the start resumed one
         self.record: dict = {}  # the step's values: the loss, lr and norm, what components add
         self.stopping = False  # a stop signal reached every rank at this step
-        self.checkpointing = Checkpointing(config, env)
-        shipped = self._shipped_components()
+        self.checkpointing = Checkpointing.from_trainer(self)
+        shipped = [c for c in (cls.from_trainer(self) for cls in SHIPPED) if c is not None]
         self.components = Components([*shipped, *components, self.checkpointing], t.steps)
         # every part whose state changes the run's future: saved and restored together
         self.state = TrainerState()
@@ -108,24 +124,6 @@ class Trainer:
             self.state.register(component.name, component, required=component in shipped)
         self.preemption = Preemption()
         self.logger: MetricsLogger | None = None
-
-    def _shipped_components(self) -> list[Component]:
-        """In the order their hooks run; at the end of a step: the profile closes, the step is
-        logged, then measured; the checkpoint (last, after any added component) saves it all."""
-        c, t, env = self.config, self.config.trainer, self.env
-        spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
-        stable_end = self.plan.step_at(stable_phase_end(c.schedule, t.steps))
-        return [
-            StepHealth(t.max_bad_steps, spikes, t.spike_skip, t.spike_skip_limit),
-            GradNorms(c.logging.grad_norms_every),
-            Outliers(c.logging.outliers_every),
-            Profiling(t.profile_steps, self.run_dir, env.rank, env.device),
-            StepLog(t.log_every, self.model_config, c.data.seq_len, env.device),
-            Diagnostics(self.measure, c.logging.diagnostics_every),
-            Validation(self.measure, t.eval_every, stable_end),
-            Downstream(self.measure, t.downstream_every),
-            *self.model.components(),
-        ]
 
     def run(self) -> int:
         # every check that can refuse this start against the run directory (the newest

@@ -33,6 +33,12 @@ class StepHealth(Component):
 
     name = "health"
 
+    @classmethod
+    def from_trainer(cls, trainer: Any) -> StepHealth:
+        t = trainer.config.trainer
+        spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
+        return cls(t.max_bad_steps, spikes, t.spike_skip, t.spike_skip_limit)
+
     def __init__(
         self,
         max_bad_steps: int,

@@ -44,6 +44,10 @@ class Checkpointing(Component):
             self.run_dir, env, t.keep_checkpoints, asynchronous=t.async_checkpoint
         )
 
+    @classmethod
+    def from_trainer(cls, trainer: Any) -> Checkpointing:
+        return cls(trainer.config, trainer.env)
+
     def restore(self, trainer: Any) -> None:
         """The newest checkpoint whose bytes are intact, if this run may resume it; damaged
         ones are set aside, an intact one that does not fit stops the run (``load``)."""

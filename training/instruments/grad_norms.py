@@ -82,6 +82,10 @@ class GradNorms(Component):
     def __init__(self, every: int) -> None:
         self.every = every
 
+    @classmethod
+    def from_trainer(cls, trainer: Any) -> GradNorms:
+        return cls(trainer.config.logging.grad_norms_every)
+
     def before_clip(self, trainer: Any, step: int) -> None:
         norms = per_layer_grad_norms(trainer.model, trainer.env.device)  # a collective
         trainer.log(norms, console=False, step=step)

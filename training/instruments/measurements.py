@@ -30,6 +30,7 @@ from training.config import ExperimentConfig
 from training.instruments.diagnostics import diagnostic_scalars, mlp_diagnostics
 from training.instruments.validation import validation_loss
 from training.runtime.distributed import Env
+from training.schedule import stable_phase_end
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,10 @@ class Diagnostics(Component):
         self.measure, self.every = measure, every
         self.at = (0,) if every else ()
 
+    @classmethod
+    def from_trainer(cls, trainer: Any) -> Diagnostics:
+        return cls(trainer.measure, trainer.config.logging.diagnostics_every)
+
     def step_end(self, trainer: Any, step: int) -> None:
         record = self.measure.diagnostics()
         if record:  # empty without a held-out slice
@@ -153,6 +158,13 @@ class Validation(Component):
         self.measure, self.every = measure, every
         self.at = () if stable_end is None or not every else (stable_end,)
 
+    @classmethod
+    def from_trainer(cls, trainer: Any) -> Validation:
+        c = trainer.config
+        # where the stable phase ends, in steps (later under a batch ramp, read in tokens)
+        stable_end = trainer.plan.step_at(stable_phase_end(c.schedule, c.trainer.steps))
+        return cls(trainer.measure, c.trainer.eval_every, stable_end)
+
     def step_end(self, trainer: Any, step: int) -> None:
         record = self.measure.validation()
         if record:
@@ -164,6 +176,10 @@ class Downstream(Component):
 
     def __init__(self, measure: Measurements, every: int) -> None:
         self.measure, self.every = measure, every
+
+    @classmethod
+    def from_trainer(cls, trainer: Any) -> Downstream:
+        return cls(trainer.measure, trainer.config.trainer.downstream_every)
 
     def step_end(self, trainer: Any, step: int) -> None:
         record = self.measure.downstream()

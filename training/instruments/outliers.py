@@ -161,6 +161,10 @@ class Outliers(Component):
         self.recorder: Recorder | None = None
         self.stance = None
 
+    @classmethod
+    def from_trainer(cls, trainer: Any) -> Outliers:
+        return cls(trainer.config.logging.outliers_every)
+
     def step_start(self, trainer: Any, step: int) -> None:
         self.recorder = Recorder(trainer.model.bare.layers, trainer.env.device)
         self.stance = torch.compiler.set_stance("force_eager")

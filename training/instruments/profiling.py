@@ -92,6 +92,11 @@ class Profiling(Component):
         self.profiler = StepProfiler(steps, run_dir, rank, device)
         self.at = tuple(range(steps[0], steps[1] + 1)) if steps else ()  # every=0: only these
 
+    @classmethod
+    def from_trainer(cls, trainer: Any) -> Profiling:
+        env = trainer.env
+        return cls(trainer.config.trainer.profile_steps, trainer.run_dir, env.rank, env.device)
+
     def step_start(self, trainer: Any, step: int) -> None:
         self.profiler.before(step)
 

@@ -33,6 +33,11 @@ class StepLog(Component):
         self.started = self.step_started = time.perf_counter()
         self.start_step = 0
 
+    @classmethod
+    def from_trainer(cls, trainer: Any) -> StepLog:
+        c = trainer.config
+        return cls(c.trainer.log_every, trainer.model_config, c.data.seq_len, trainer.env.device)
+
     def begin(self, trainer: Any) -> None:
         self.started, self.start_step = time.perf_counter(), trainer.step  # for the ETA
 

@@ -135,16 +135,15 @@ class Float8Scales(Component):
     def __init__(self, model: nn.Module) -> None:
         self.model = model
 
+    @classmethod
+    def from_trainer(cls, trainer) -> Float8Scales | None:
+        """Only FSDP2 with float8 tensorwise all-gathers weights in float8 and needs scales."""
+        model = trainer.model  # a TrainingModel
+        return cls(model.bare) if model.plan.float8 == "tensorwise" and model.fsdp else None
+
     def after_update(self, trainer, step: int, stepped: bool) -> None:
         if not stepped:  # a skipped update left the weights, and so their scales, as they were
             return
         from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
         precompute_float8_dynamic_scale_for_fsdp(self.model)
-
-
-def float8_components(model) -> list[Component]:
-    """What a float8 run adds to the trainer's components (``model``: a TrainingModel)."""
-    if model.plan.float8 == "tensorwise" and model.fsdp:
-        return [Float8Scales(model.bare)]
-    return []

@@ -121,13 +121,6 @@ class TrainingModel:
     def eval(self) -> TrainingModel:
         return self.train(False)
 
-    def components(self) -> list:
-        """What the wrapping adds to the trainer's components (``training.components``): the
-        float8 scales' precompute under FSDP2."""
-        from training.runtime.float8 import float8_components
-
-        return float8_components(self)
-
     def autocast(self) -> ContextManager:
         """The compute precision of a forward pass."""
         if not self.plan.bf16:
