@@ -14,7 +14,14 @@ from data.packing import IGNORE_INDEX
 from model import Llama, ModelConfig
 from training.config import ExperimentConfig, check_trainer
 from training.errors import ConfigError
-from training.loss_mask import HASH_BASE, HASH_MODULUS, LossMask, goldfish_dropped
+from training.loss_mask import (
+    HASH_BASE,
+    HASH_MODULUS,
+    LossMask,
+    goldfish_dropped,
+    goldfish_table,
+    goldfish_table_dropped,
+)
 from training.runtime.distributed import Env
 from training.runtime.parallelize import ParallelPlan, parallelize
 from training.step import token_weights, train_step
@@ -46,6 +53,58 @@ def test_the_hash_is_the_polynomial_of_the_h_preceding_ids():
             context = ids[row, j - h + 1 : j + 1].tolist()
             value = sum((t + 1) * HASH_BASE ** (h - 1 - m) for m, t in enumerate(context))
             assert bool(dropped[row, j]) == (value % HASH_MODULUS % k == 0), (row, j)
+
+
+def int64(value: int) -> int:
+    """A Python integer as int64 arithmetic leaves it: wrapped into [-2^63, 2^63)."""
+    return (value + 2**63) % 2**64 - 2**63
+
+
+def test_the_table_rule_is_the_product_of_the_h_labels_ending_at_the_target():
+    """The rule of the code Apertus trained with, written out: the key of target j is the
+    int64 product of targets j-h+1..j, mod 1,000,003 (Python's mod: never negative); dropped
+    when the table holds less than 1/k there; the first h - 1 targets never."""
+    k, h = 4, 3
+    targets = random_ids(3, 60, seed=6, vocab=131_072)
+    targets[1, 10:30] = 2  # a repeat: the same key over and over
+    dropped = goldfish_table_dropped(targets, k, h)
+    table = goldfish_table()
+    for row in range(3):
+        for j in range(60):
+            if j < h - 1:
+                assert not dropped[row, j]
+                continue
+            product = 1
+            for t in targets[row, j - h + 1 : j + 1].tolist():
+                product = int64(product * t)
+            key = product % 1_000_003
+            assert bool(dropped[row, j]) == (float(table[key]) < 1 / k), (row, j)
+
+
+def test_the_table_rule_overflows_as_int64_does_and_its_table_is_the_seeded_one():
+    """50 even ids gather more than 64 factors of two: the product wraps to 0, key 0."""
+    targets = torch.full((1, 60), 6)  # 6^50: 2^50 * 3^50, past int64 many times over
+    product = 1
+    for _ in range(50):
+        product = int64(product * 6)
+    key = product % 1_000_003
+    dropped = goldfish_table_dropped(targets, 50, 50)[0, 49:]
+    assert bool(dropped.all()) == (float(goldfish_table()[key]) < 1 / 50)
+    assert len(set(dropped.tolist())) == 1  # one key, one decision
+    table = goldfish_table()
+    assert table.shape == (1_000_003,) and table.dtype == torch.float32
+    again = torch.rand(1_000_003, generator=torch.Generator().manual_seed(2_971_215_073))
+    assert torch.equal(table, again)
+
+
+def test_the_mask_follows_the_rule_it_is_given():
+    ids = random_ids(2, 200, seed=7, vocab=1000)
+    batch = {"inputs": ids[:, :-1], "targets": ids[:, 1:]}
+    table = LossMask(5, 4, False, 0).apply(batch)["targets"] == IGNORE_INDEX
+    paper = LossMask(5, 4, False, 0, goldfish_rule="paper").apply(batch)["targets"]
+    assert torch.equal(table, goldfish_table_dropped(batch["targets"], 5, 4))
+    assert torch.equal(paper == IGNORE_INDEX, goldfish_dropped(batch["inputs"], 5, 4))
+    assert not torch.equal(table, paper == IGNORE_INDEX)
 
 
 def test_the_same_text_drops_the_same_tokens_however_it_is_cut_into_windows():
@@ -140,7 +199,7 @@ def test_the_step_loss_is_the_hand_masked_cross_entropy_of_the_global_batch(accu
     ids = random_ids(4, 33, seed=4, vocab=12)  # a small vocabulary: EOS is frequent
     ids[0, 5:20] = 7  # one row with a long repeat: its hashes repeat, its counts differ
     batch = {"inputs": ids[:, :-1], "targets": ids[:, 1:]}
-    mask = LossMask(k, h, True, eos)
+    mask = LossMask(k, h, True, eos, goldfish_rule="paper")
     keep = ~(goldfish_dropped(batch["inputs"], k, h) | (batch["inputs"] == eos))
     counts = keep.sum(dim=1)
     assert len(set(counts.tolist())) > 1  # the rows count differently: the weights matter

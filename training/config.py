@@ -30,7 +30,10 @@ class OptimConfig:
         goldfish_k: Goldfish loss (``training/loss_mask.py``): leave out of the training loss
             the targets whose ``goldfish_h`` preceding ids hash into a 1/k bucket (Apertus: 50);
             0 (the paper) leaves none out; 1 would leave out all and is refused.
-        goldfish_h: how many preceding token ids Goldfish hashes (Apertus: 50).
+        goldfish_h: how many token ids Goldfish hashes (Apertus: 50).
+        goldfish_rule: ``table`` (the code Apertus trained with: the product of the ``h``
+            labels ending at the target, looked up in a seeded table) or ``paper`` (a hash of
+            the ``h`` ids before the target, the paper's wording); ``training/loss_mask.py``.
         eod_mask_loss: leave out of the training loss the positions whose input is the
             end-of-document token (Megatron's ``--eod-mask-loss``; Apertus: on).
             With either mask the training loss is the mean over the counted targets of the
@@ -71,6 +74,7 @@ class OptimConfig:
     z_loss: float = 0.0
     goldfish_k: int = 0
     goldfish_h: int = 50
+    goldfish_rule: str = "table"
     eod_mask_loss: bool = False
     grad_clip: float = 1.0
     fused: bool | None = None
@@ -315,6 +319,7 @@ CHOICES = {
     "trainer.activation_checkpointing": ("none", "full", "selective"),
     "trainer.float8": ("none", "tensorwise", "rowwise"),
     "optim.name": ("adamw", "ademamix"),
+    "optim.goldfish_rule": ("table", "paper"),
     "logging.wandb.mode": ("online", "offline", "disabled"),
 }
 

@@ -2,21 +2,30 @@
 inputs.
 
 **Goldfish loss** (Hans et al. 2024, "Be like a Goldfish, Don't Memorize!"): a target token is
-left out of the loss when a hash of the ``h`` token ids before it falls in a 1/k bucket, so a
-model never sees the loss of about 1/k of the tokens of a text, and cannot reproduce a
-memorised passage verbatim. The decision depends on those ``h`` ids alone: the same text
-drops the same tokens wherever it lands, on every rank, after a resume and at any world size.
-(The ``h`` ids are the window's as packed: for the first ``h`` targets of a document they
-include the end of the document before it, as the Goldfish paper hashes its context.)
+left out of the loss when a hash of the ``h`` ids around it falls in a 1/k bucket, so a model
+never sees the loss of a part of the tokens of a text, and cannot reproduce a memorised
+passage verbatim. The decision depends on those ``h`` ids alone: the same text drops the same
+tokens wherever it lands, on every rank, after a resume and at any world size. Two rules
+(``optim.goldfish_rule``):
 
-- The target at position ``j`` of a window is input ``j + 1``; the ``h`` ids before it are
-  inputs ``j - h + 1 ... j``. The first ``h - 1`` targets of a window have fewer than ``h``
-  ids before them in the window and are never dropped (the windows are cut from a stream at
-  positions that change with the sequence length, so the ids before a window are not part of
-  it). At the paper's 4096 tokens and ``h = 50`` that keeps 1.2% of a window out of reach.
-- The hash: ``v = sum_m (id_m + 1) B^(h-1-m) mod M``, Horner's rule in int64 (``M = 2^31 - 1``,
-  a prime; ``B`` a fixed base below it), the same on every device; the target is dropped when
-  ``v mod k == 0``. On random ids that is 1/k of the targets.
+- ``table``, the rule of the code Apertus trained with (the Goldfish authors' ``hash-table``
+  strategy, which swiss-ai's Megatron carries): the key of the target at position ``j`` is the
+  product of the ``h`` labels of the window ending at it, target included (targets
+  ``j - h + 1 ... j``), in int64 as the GPU computes it (wrapping past 2^63), mod 1,000,003;
+  the target is dropped when a fixed table of 1,000,003 uniform numbers holds less than 1/k
+  there. The table is drawn once from a CPU generator seeded 2,971,215,073 (the authors' seed),
+  the same on every device; their code draws it with the targets' device's generator, so on a
+  GPU its values, and the dropped sets, are not these. Products of ``h`` ids overflow: once 64
+  factors of two have gathered the product is 0 mod 2^64, every such key is 0 and shares one
+  decision, so far fewer than 1/k are dropped on real text (docs/training.md: measured).
+- ``paper``, the paper's wording: a hash of the ``h`` ids *before* the target (inputs
+  ``j - h + 1 ... j``, which end at the target's own input), ``v = sum_m (id_m + 1) B^(h-1-m)
+  mod M`` by Horner's rule in int64 (``M = 2^31 - 1``, a prime; ``B`` a fixed base below it);
+  dropped when ``v mod k == 0``, 1/k of random ids.
+
+Under both the first ``h - 1`` targets of a window are never dropped (the windows are cut from
+a stream at positions that change with the sequence length, so the ids before a window are not
+part of it); at the paper's 4096 tokens and ``h = 50`` that keeps 1.2% of a window out of reach.
 
 **End-of-document mask** (Megatron's ``--eod-mask-loss``): a position whose input is the
 end-of-document token predicts the first token of an unrelated next document; with the mask
@@ -28,6 +37,8 @@ Both apply to training only. Validation and evaluation score every token (``data
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -35,10 +46,32 @@ from data.packing import IGNORE_INDEX
 
 HASH_MODULUS = 2**31 - 1
 HASH_BASE = 1_000_003  # below the modulus: every product of two residues fits in int64
+TABLE_SIZE = 1_000_003  # the ``table`` rule's (a prime)
+TABLE_SEED = 2_971_215_073  # the Goldfish authors' (the 47th Fibonacci number, a prime)
+RULES = ("table", "paper")
+
+
+@functools.cache
+def goldfish_table() -> Tensor:
+    """The ``table`` rule's uniform numbers, drawn once on the CPU (module doc)."""
+    generator = torch.Generator().manual_seed(TABLE_SEED)
+    return torch.rand(TABLE_SIZE, generator=generator)
+
+
+def goldfish_table_dropped(targets: Tensor, k: int, h: int) -> Tensor:
+    """Boolean [batch, seq]: the targets the ``table`` rule leaves out (module doc)."""
+    batch, seq = targets.shape
+    dropped = torch.zeros(batch, seq, dtype=torch.bool, device=targets.device)
+    if seq < h:
+        return dropped
+    keys = targets.long().unfold(1, h, 1).prod(dim=-1) % TABLE_SIZE  # wraps as on a GPU
+    table = goldfish_table().to(targets.device)
+    dropped[:, h - 1 :] = table[keys] < 1 / k
+    return dropped
 
 
 def goldfish_dropped(inputs: Tensor, k: int, h: int) -> Tensor:
-    """Boolean [batch, seq]: the targets of ``inputs`` that Goldfish leaves out (module doc)."""
+    """Boolean [batch, seq]: the targets of ``inputs`` that the ``paper`` rule leaves out."""
     batch, seq = inputs.shape
     dropped = torch.zeros(batch, seq, dtype=torch.bool, device=inputs.device)
     if seq < h:
@@ -57,14 +90,24 @@ class LossMask:
     ``optim.eod_mask_loss``; :meth:`apply` returns a batch whose left-out targets are
     ``IGNORE_INDEX``, which the fused loss skips."""
 
-    def __init__(self, goldfish_k: int, goldfish_h: int, eod_mask_loss: bool, eos_id: int):
+    def __init__(
+        self,
+        goldfish_k: int,
+        goldfish_h: int,
+        eod_mask_loss: bool,
+        eos_id: int,
+        goldfish_rule: str = "table",
+    ):
         self.goldfish_k, self.goldfish_h = goldfish_k, goldfish_h
         self.eod_mask_loss, self.eos_id = eod_mask_loss, eos_id
+        self.goldfish_rule = goldfish_rule
 
     @classmethod
     def from_config(cls, optim, eos_id: int) -> LossMask:
-        """From ``optim.goldfish_k``, ``optim.goldfish_h`` and ``optim.eod_mask_loss``."""
-        return cls(optim.goldfish_k, optim.goldfish_h, optim.eod_mask_loss, eos_id)
+        """From ``optim.goldfish_k``, ``_h``, ``_rule`` and ``optim.eod_mask_loss``."""
+        return cls(
+            optim.goldfish_k, optim.goldfish_h, optim.eod_mask_loss, eos_id, optim.goldfish_rule
+        )
 
     @property
     def active(self) -> bool:
@@ -73,7 +116,9 @@ class LossMask:
     def apply(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         inputs, targets = batch["inputs"], batch["targets"]
         dropped = torch.zeros_like(targets, dtype=torch.bool)
-        if self.goldfish_k:
+        if self.goldfish_k and self.goldfish_rule == "table":
+            dropped |= goldfish_table_dropped(targets, self.goldfish_k, self.goldfish_h)
+        elif self.goldfish_k:
             dropped |= goldfish_dropped(inputs, self.goldfish_k, self.goldfish_h)
         if self.eod_mask_loss:
             dropped |= inputs == self.eos_id
