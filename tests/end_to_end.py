@@ -163,6 +163,11 @@ MATRIX_EXTRAS = {
     ("ddp", "bf16", "none", "selective"): {
         "trainer.global_batch_tokens": 4 * 32,  # the same 4 sequences, given in tokens
     },
+    # xIELU on the traced path (xielu.fused.ops.TracedPiecewise) inside compiled FSDP2 bf16
+    # blocks: its losses follow the quickstart's custom-op run like every point's
+    ("fsdp", "bf16", "blocks", "none"): {
+        "+model.activation_kwargs.backend": "traced",
+    },
 }
 
 
