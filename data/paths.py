@@ -27,14 +27,15 @@ def expand_paths(patterns: list[str], suffixes: tuple[str, ...]) -> list[str]:
 
 
 def listing(files: list[str]) -> list[str]:
-    """``name:size`` of each file: what the fingerprint hashes, kept so that a refused resume
-    can say which file was added, removed or changed size (``data.resumable``)."""
+    """``name:size`` of each file: what :func:`fingerprint` hashes, kept in a data state so that
+    a refused resume can say which file was added, removed or changed size
+    (``data.resumable``)."""
     return [f"{Path(path).name}:{os.path.getsize(path)}" for path in files]
 
 
-def fingerprint(files: list[str], extra: str = "") -> str:
-    """Identifies the data: file names, sizes and modification-independent contents' sizes."""
+def fingerprint(listed: list[str], extra: str = "") -> str:
+    """Identifies the data from its ``listing``: file names and sizes, not modification times."""
     digest = hashlib.sha256(extra.encode())
-    for path in files:
-        digest.update(f"{Path(path).name}:{os.path.getsize(path)};".encode())
+    for entry in listed:
+        digest.update(f"{entry};".encode())
     return digest.hexdigest()[:16]

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from data.config import DataConfig
-from data.paths import expand_paths, fingerprint
+from data.paths import expand_paths, fingerprint, listing
 from data.tokenizers import Tokenizer, TokenizerIdentity, identity_of
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,6 @@ class TokenCorpus:
 
     def __init__(self, config: DataConfig) -> None:
         files = expand_paths(config.paths, (".bin",))
-        self.files = files
         self.shards = [Shard(f) for f in files]
         eos = {s.eos_id for s in self.shards}
         if len(eos) != 1:
@@ -109,7 +108,8 @@ class TokenCorpus:
         self.eos_id = eos.pop()
         self.starts = np.cumsum([0] + [len(s.tokens) for s in self.shards])
         self.total = int(self.starts[-1])
-        self.fingerprint = fingerprint(files)
+        self.listing = listing(files)  # each shard's name and size, read once
+        self.fingerprint = fingerprint(self.listing)
         self.validation_end = self._nth_document_end(config.validation_documents)
 
     def _nth_document_end(self, n: int) -> int:

@@ -30,7 +30,6 @@ class BatchPlan:
         self.seq_len, self.steps = config.data.seq_len, config.trainer.steps
         self.per_micro_batch = config.trainer.micro_batch * world_size  # sequences, all ranks
         self.ramped = bool(config.trainer.batch_ramp)
-        self.ramp = list(config.trainer.batch_ramp)
         # (first step, tokens before it, batch) of each stage that starts
         self.stages = [(0, 0, config.sequences_per_step)]
         for stage in config.trainer.batch_ramp:
@@ -47,11 +46,11 @@ class BatchPlan:
         """A stage whose batch is smaller than the one before it: run as asked (a smaller batch
         for the cooldown is a choice some make) but said at the start, since it is more often a
         typo. The trainer logs these."""
-        batches = [self.stages[0][2], *(stage.global_batch for stage in self.ramp)]
+        batches = [batch for _, _, batch in self.stages]  # the base, then each stage's
         return [
             f"trainer.batch_ramp[{i}].global_batch={batches[i + 1]} is smaller than the "
             f"{batches[i]} before it: the batch shrinks there, as asked"
-            for i in range(len(self.ramp))
+            for i in range(len(batches) - 1)
             if batches[i + 1] < batches[i]
         ]
 

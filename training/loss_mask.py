@@ -48,7 +48,6 @@ HASH_MODULUS = 2**31 - 1
 HASH_BASE = 1_000_003  # below the modulus: every product of two residues fits in int64
 TABLE_SIZE = 1_000_003  # the ``table`` rule's (a prime)
 TABLE_SEED = 2_971_215_073  # the Goldfish authors' (the 47th Fibonacci number, a prime)
-RULES = ("table", "paper")
 
 
 @functools.cache

@@ -20,7 +20,6 @@ import torch
 from data.config import DataConfig
 from data.packing import Packer
 from data.partition import share, worker_stream
-from data.paths import listing
 from data.registry import DataError, DataSource, register
 from data.repartition import deal, merge_stats, new_identity, switch_epoch
 from data.resumable import ResumableStream
@@ -31,7 +30,7 @@ from data.validation import held_out_windows
 def token_identity(config: DataConfig, corpus: TokenCorpus, n_streams: int) -> dict:
     """What a saved state must match to resume (``data.resumable``)."""
     return {
-        "files": listing(corpus.files),  # before the fingerprint: a refusal names the file
+        "files": corpus.listing,  # before the fingerprint: a refusal names the file
         "source": corpus.fingerprint,
         "seq_len": config.seq_len,
         "n_streams": n_streams,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from data.config import DataConfig
 from data.documents import document_text
-from data.paths import expand_paths, fingerprint
+from data.paths import expand_paths, fingerprint, listing
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,8 @@ class TextSource:
         self.min_int_score = min_int_score
         self.unreadable: list[int] = []  # indices into files: parquet files with no readable footer
         self.fragments = self._fragments()
-        self.fingerprint = fingerprint(self.files, f"{text_column}:{min_int_score}")
+        self.listing = listing(self.files)  # each file's name and size, read once
+        self.fingerprint = fingerprint(self.listing, f"{text_column}:{min_int_score}")
 
     def _fragments(self) -> list[Fragment]:
         import pyarrow.parquet as pq

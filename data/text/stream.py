@@ -16,7 +16,6 @@ import torch
 from data.config import DataConfig
 from data.packing import Packer, pack_document
 from data.partition import owns, share, worker_stream
-from data.paths import listing
 from data.registry import DataError
 from data.resumable import ResumableStream
 from data.text.files import TextSource, local_files
@@ -51,7 +50,7 @@ def no_training_document(source: TextSource, config: DataConfig) -> DataError:
 def text_identity(config: DataConfig, source: TextSource, n_streams: int) -> dict:
     """What a saved state must match to resume (``data.resumable``)."""
     return {
-        "files": listing(source.files),  # before the fingerprint: a refusal names the file
+        "files": source.listing,  # before the fingerprint: a refusal names the file
         "source": source.fingerprint,
         "tokenizer": config.tokenizer.name,
         "seq_len": config.seq_len,

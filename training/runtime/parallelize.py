@@ -33,11 +33,10 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import nn
 
-from training.config import CHOICES, TrainerConfig
+from training.config import TrainerConfig
 from training.runtime.distributed import Env
 
 # the trainer's choices (training/config.py), plus "none": evaluation's unwrapped model
-PARALLELISMS = ("none", *CHOICES["trainer.parallelism"])
 
 
 @dataclass(frozen=True)
