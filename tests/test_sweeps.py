@@ -171,6 +171,27 @@ def test_every_point_of_the_study_grid_gets_its_own_run_directory_and_axes():
         assert config.data.seed == config.trainer.seed  # a seed is the init and the data order
 
 
+def test_grids_that_differ_in_a_list_or_in_keys_of_one_last_name_get_loadable_distinct_dirs():
+    """Two grids that differ in a list-valued setting (``optim.betas``) and in two keys whose
+    last part is the same (``name``, ``optim.name``): every job's directory is a path Hydra
+    reads back (no ``[`` or ``,`` in it) and names both keys apart."""
+    fixed = ["experiment=quickstart", "data.paths=[/x/*.parquet]"]
+    sweep = {
+        "grids": [
+            {"overrides": [*fixed, "name=one"], "sweep": {"optim.lr": [0.001]}},
+            {
+                "overrides": [*fixed, "name=two", "optim.name=ademamix", "optim.betas=[0.9,0.999]"],
+                "sweep": {"optim.lr": [0.001]},
+            },
+        ]
+    }
+    run_dirs = [compose(job)[0].trainer.run_dir for job in expand(sweep)]
+    assert run_dirs == [
+        "runs/one-xielu_name-one_optim_name-default_betas-default",
+        "runs/two-xielu_name-two_optim_name-ademamix_betas-0.9-0.999",
+    ]
+
+
 @pytest.mark.slow
 def test_a_hydra_multirun_over_learning_rates_trains_each_rate_in_its_own_directory(tmp_path):
     """Before, every job of a grid over lr shared ``runs/<name>-<activation>``: the second one

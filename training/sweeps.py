@@ -85,16 +85,19 @@ def point_overrides(sweep: dict, grid: dict) -> list[str]:
     fixed = dict(o.split("=", 1) for o in grid["overrides"])
     base = fixed.get("trainer.run_dir", RUN_DIR)
     varying = varying_keys(sweep)
+    last_parts = [key.lstrip("+~").rsplit(".", 1)[-1] for key in varying]
     parts = []
-    for key in varying:
+    for key, last in zip(varying, last_parts, strict=True):
         name = key.lstrip("+~")
         if name in IN_BASE_RUN_DIR:
             continue
+        # a key is named by its last part, unless another varying key ends the same way
+        label = name.replace(".", "_") if last_parts.count(last) > 1 else last
         if key in grid["sweep"]:
             value = "${" + name + "}" if "." in name else "${hydra:runtime.choices." + name + "}"
-        else:
-            value = fixed.get(key, "default")
-        parts.append(f"_{name.rsplit('.', 1)[-1]}-{value}")
+        else:  # a list is written out as a path Hydra's grammar reads back: [a,b] -> a-b
+            value = fixed.get(key, "default").strip("[]").replace(",", "-").replace(" ", "")
+        parts.append(f"_{label}-{value}")
     axes = list(DEFAULT_AXES)
     for key in varying:
         name = GROUP_KEYS.get(key.lstrip("+~"), key.lstrip("+~"))
