@@ -1,6 +1,6 @@
 """A failed run ends, with a non-zero exit, every time (issue 29, defect 8).
 
-2 torchrun processes (gloo) with 2 DataLoader workers each, and an exception injected into
+2 ranks (gloo; `train_helpers.run`) with 2 DataLoader workers each, and an exception injected into
 the trainer of the subprocesses by the tests' fault plugin (``tests/faults.py``, ``raise_in``):
 at a training step on every rank, at a training step on one rank (the other then fails at its
 next collective, or torchrun stops it), at a downstream step on every rank or on one, or in
@@ -56,7 +56,8 @@ def test_a_run_that_raises_ends_with_a_non_zero_exit(corpus, tmp_path, case, rep
             **(DOWNSTREAM_AT_STEP_2 if case.endswith("downstream_step") else {}),
         },
     )
-    code, output = run(overrides, torchrun=2, timeout=120, env=faults_env(raise_in=CASES[case]))
+    fault = faults_env(raise_in=CASES[case])
+    code, output = run(overrides, ranks=2, timeout=120, env=fault)
     assert "injected failure" in output, output[-3000:]  # the fault did happen
     assert code != 0, output[-3000:]
     # the hook that kills the workers ran to its end on every rank

@@ -234,7 +234,7 @@ def test_a_two_process_run_resumes_in_one_process_where_its_data_left_off(tmp_pa
         run_dir,
         **{"trainer.steps": 4, "schedule.decay_steps": 2, "trainer.eval_every": 0},
     )
-    code, output = run(overrides, torchrun=2, timeout=240)
+    code, output = run(overrides, ranks=2, timeout=240)
     assert code == 0, output[-3000:]
     code, output = run([*overrides, "trainer.steps=8"], timeout=240)
     assert code == 0 and "resumed from" in output and "at step 4" in output, output[-3000:]

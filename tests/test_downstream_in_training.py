@@ -97,7 +97,7 @@ def test_two_fsdp2_ranks_each_score_a_share_generation_included_and_report_the_w
         "trainer.parallelism": "fsdp",
         "trainer.downstream_tasks": f"[{','.join(tasks)}]",
     }
-    code, output = run(_overrides(corpus, tmp_path, **extra), torchrun=2, timeout=300)
+    code, output = run(_overrides(corpus, tmp_path, **extra), ranks=2, timeout=300)
     assert code == 0, output[-3000:]
     logged = _logged(tmp_path)[12]
     offline = _offline(tmp_path, 12, tasks)

@@ -20,6 +20,7 @@ from train_helpers import (
     metrics,
     run,
     run_in_process,
+    run_launched,
     tiny_overrides,
 )
 from training import checkpoint, loop
@@ -183,14 +184,13 @@ def test_kill_9_of_one_of_two_ranks_stops_the_other_and_the_rerun_resumes(corpus
     run_dir = tmp_path / "two"
     overrides = tiny_overrides(corpus, run_dir, **{"data.num_workers": 1})
     # rank 1 SIGKILLs itself once step 5 is done: after the step-4 checkpoint, mid-interval
-    # forked=False: a forked rank's command line is the fork server's, which the check of
-    # ranks left behind reads
+    # the real launcher: the check of ranks left behind reads their command lines
     kill = faults_env(signal="SIGKILL@5@1")
-    code, output = run(overrides, torchrun=2, timeout=240, env=kill, forked=False)
+    code, output = run_launched(overrides, torchrun=2, timeout=240, env=kill)
     assert code != 0, output[-3000:]  # the survivor is stopped, not left hanging (timeout)
     assert "SIGKILL" in output, output[-3000:]
     assert max(losses(run_dir)) <= 6  # rank 0 may log one more step before it is stopped
     assert processes_mentioning(str(run_dir)) == []  # no rank left behind
-    code, output = run(overrides, torchrun=2, timeout=240)
+    code, output = run(overrides, ranks=2, timeout=240)
     assert code == 0 and "resumed from" in output, output[-3000:]
     assert_same_losses(run_dir, losses(single_dir), rel=1e-5)

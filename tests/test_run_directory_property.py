@@ -95,8 +95,8 @@ def start(run_dir, layout, *extra: str, stop: tuple[signal.Signals, int] | None 
     process of the job once the console shows that step (read as it comes, no polling)."""
     nprocs = layout[0]
     torchrun = nprocs if nprocs > 1 else 0
-    # forked=False: the signals go to each process of the job, as a scheduler sends them
-    process = launch(overrides(run_dir, layout, *extra), torchrun=torchrun, forked=False)
+    # the signals go to each process of the job, as a scheduler sends them
+    process = launch(overrides(run_dir, layout, *extra), torchrun=torchrun)
     lines, sent = [], False
     try:
         for line in process.stdout:

@@ -69,7 +69,7 @@ def test_sigterm_to_the_whole_step_with_workers_checkpoints_and_the_rerun_repeat
     assert code == 0, output
     run_dir = tmp_path / "run"
     overrides = tiny_overrides(corpus, run_dir, **workers, **{"trainer.checkpoint_every": 0})
-    process = launch(overrides, env=env, forked=False)  # its process group is the job's
+    process = launch(overrides, env=env)  # its process group is the job's
     seen = []
     for line in process.stdout:  # signal once step 3 is logged, as a scheduler would at any time
         seen.append(line)

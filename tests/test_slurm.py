@@ -123,12 +123,14 @@ def test_the_sbatch_script_trains_and_resumes_on_two_nodes_like_one_node(corpus,
     c10d rendezvous on 127.0.0.1) start one rank each; the run checkpoints, a second job
     resumes it, and the losses equal a single-node torchrun with the same 2 ranks."""
     from faults import faults_env
-    from train_helpers import ROOT, losses, run, tiny_overrides
+    from train_helpers import ROOT, losses, run_launched, tiny_overrides
 
     log = _fake_slurm(tmp_path / "bin", nodes=2)
     extra = {"data.num_workers": 1, "trainer.steps": 8, "trainer.checkpoint_every": 4}
     single_dir = tmp_path / "single"
-    code, output = run(tiny_overrides(corpus, single_dir, **extra), torchrun=2, timeout=240)
+    code, output = run_launched(
+        tiny_overrides(corpus, single_dir, **extra), torchrun=2, timeout=240
+    )
     assert code == 0, output[-3000:]
     run_dir = tmp_path / "two_nodes"
     env = {

@@ -10,7 +10,15 @@ import pytest
 from hydra.errors import ConfigCompositionException
 
 from faults import fault_components, faults_env
-from train_helpers import compose, losses, metrics, run, run_in_process, tiny_overrides
+from train_helpers import (
+    compose,
+    losses,
+    metrics,
+    run,
+    run_in_process,
+    run_launched,
+    tiny_overrides,
+)
 from wandb_records import history_keys, run_settings
 
 
@@ -305,7 +313,7 @@ def test_in_loop_downstream_without_an_evaluator_is_refused_before_any_work(corp
 def test_python_train_py_with_the_quickstart_defaults_learns(tmp_path):
     """README's main job as it is (bytes, builtin corpus, offline wandb, the activation's
     kernel the CPU gets: compiled by Inductor where a C++ compiler is), to its closing lines."""
-    code, output = run([f"trainer.run_dir={tmp_path}"], timeout=600, as_shipped=True)
+    code, output = run_launched([f"trainer.run_dir={tmp_path}"], timeout=600, as_shipped=True)
     assert code == 0, output[-3000:]
     assert "falling back to the eager kernel" not in output  # xielu/fused/ops.py
     loss = losses(tmp_path)

@@ -43,7 +43,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(
         },
     )
     single_losses, single_val = single
-    code, output = run(overrides, torchrun=2, timeout=240)
+    code, output = run(overrides, ranks=2, timeout=240)
     assert code == 0, output[-3000:]
     got = losses(tmp_path)
     assert sorted(got) == sorted(single_losses)
@@ -53,7 +53,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(
     # token-weighted over the whole slice: the same number whatever the world size
     assert validation(tmp_path) == pytest.approx(single_val, rel=1e-5)
     # the sharded checkpoint loads back into a sharded model (a longer run resumes from it)
-    code, output = run([*overrides, "trainer.steps=9"], torchrun=2, timeout=240)
+    code, output = run([*overrides, "trainer.steps=9"], ranks=2, timeout=240)
     assert code == 0 and "resumed from" in output and "at step 8" in output, output[-3000:]
     assert 9 in losses(tmp_path)
 
@@ -77,7 +77,7 @@ def test_fsdp2_reducing_every_micro_batch_follows_the_same_trajectory(corpus, tm
                 "trainer.checkpoint_every": 0,
             },
         )
-        code, output = run(overrides, torchrun=2, timeout=240)
+        code, output = run(overrides, ranks=2, timeout=240)
         assert code == 0, output[-3000:]
         trajectories.append(losses(run_dir))
     once, every_micro_batch = trajectories
@@ -124,7 +124,7 @@ def test_fsdp2_bf16_keeps_and_logs_the_activation_scalars_in_fp32(corpus, tmp_pa
                 "logging.grad_norms_every": 2,
             },
         )
-        code, output = run(overrides, torchrun=2, timeout=240)
+        code, output = run(overrides, ranks=2, timeout=240)
         assert code == 0, output[-3000:]
         runs[parallelism] = _alphas(run_dir, 6)
         grad_norms[parallelism] = norms(run_dir)
@@ -161,7 +161,7 @@ def test_the_summary_entropy_is_that_of_every_ranks_validation_share(corpus, tmp
     overrides = tiny_overrides(
         corpus, tmp_path, **{"trainer.steps": 6, "trainer.eval_batches": 0, "data.num_workers": 1}
     )
-    code, output = run(overrides, torchrun=2, timeout=240)
+    code, output = run(overrides, ranks=2, timeout=240)
     assert code == 0, output[-3000:]
     printed = float(re.search(r"vs (\d+\.\d+) for the unigram entropy", output).group(1))
     from data import build_validation_loader

@@ -1,20 +1,32 @@
-"""Run the trainer in tests: tiny settings on real text, in-process or as a subprocess."""
+"""Run the trainer in tests: tiny settings on real text, and the three ways a test starts a run.
+
+- ``run_in_process``: the trainer in the test's own process (one rank; a test reads its
+  objects or hands it components).
+- ``run``: ``train.py``'s entry point on 1 or more ranks started from the test process, as
+  torchrun starts them; where the test is about what a run does, not how it is launched.
+- ``launch`` / ``run_launched``: ``python train.py`` or ``torchrun`` as a user types it, for
+  the tests where the process boundary is what is tested: signals from outside, kill -9,
+  SLURM, README's command, the end-to-end tier.
+"""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
+import multiprocessing
 import os
+import runpy
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
-import fork_server
-
 ROOT = Path(__file__).resolve().parents[1]
-FORK_SERVER = ROOT / "tests" / "fork_server.py"
 CONFIGS = ROOT / "configs"
 
 
@@ -78,43 +90,106 @@ def run_in_process(overrides: list[str], components=()) -> int:
 
 
 TEST_ENVIRONMENT = {"OMP_NUM_THREADS": "1"}  # what every process the tests start gets
+# Ranks started from the test process are forks of multiprocessing's fork server, which has
+# imported train.py and what a run imports later (the compiler, lm-eval) once: a rank starts in
+# milliseconds rather than the seconds an interpreter takes to import all of it
+RANKS = multiprocessing.get_context("forkserver")
+RANKS.set_forkserver_preload(
+    ["train", "torch._dynamo", "torch._inductor.compile_fx", "lm_eval.evaluator", "lm_eval.tasks"]
+)
+TORCHRUN_GRACE_S = 30  # torchrun's: a failed rank's peers get SIGTERM, then SIGKILL after this
 
 
-def server_address() -> str:
-    """The socket of a fork server of this process for the tests' environment as it is now."""
-    return fork_server.address(ROOT, {**os.environ, **TEST_ENVIRONMENT})
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _rank_main(argv: list[str], env: dict[str, str], log: str) -> None:
+    """One rank: ``python train.py ARGV`` as torchrun starts it (its own session, its rank in
+    its environment, its output on the job's log), ending as that interpreter ends (atexit)."""
+    os.setsid()  # its own process group with its data workers, as torchrun starts a rank
+    multiprocessing.set_start_method(None, force=True)  # its data workers: a fresh one's default
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(ROOT)
+    out = os.open(log, os.O_WRONLY | os.O_APPEND)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)
+    sys.argv = ["train.py", *argv]
+    try:  # as __main__ (Hydra finds configs/ beside the script), its imports already done
+        runpy.run_path("train.py", run_name="__main__")
+    finally:
+        atexit._run_exitfuncs()
+
+
+def run(
+    overrides: list[str], ranks: int = 1, timeout: float = 300, env: dict | None = None
+) -> tuple[int, str]:
+    """(exit code, output) of ``train.py`` on ``ranks`` processes started from this one (gloo
+    over localhost; one rank: no distributed environment, as ``python train.py``). The exit
+    code is 0, or the first failed rank's; once one fails the others are stopped as torchrun
+    stops them. Past ``timeout`` the run is a hang: every rank's process group is killed and
+    the test fails with the output so far."""
+    base = {**os.environ, **TEST_ENVIRONMENT, **(env or {})}
+    if ranks > 1:
+        shared = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+        shared.update(WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks))
+        envs = [{**base, **shared, "RANK": str(r), "LOCAL_RANK": str(r)} for r in range(ranks)]
+    else:
+        envs = [base]
+    with tempfile.NamedTemporaryFile("r", prefix="run-", suffix=".log") as log:
+        processes = [RANKS.Process(target=_rank_main, args=(overrides, e, log.name)) for e in envs]
+        for process in processes:
+            process.start()
+        code = _wait(processes, timeout)
+        output = log.read()
+    if code is None:
+        raise AssertionError(f"the run hung for {timeout} s; its output:\n{output[-5000:]}")
+    return code, output
+
+
+def _wait(processes: list, timeout: float) -> int | None:
+    """The job's exit code once every rank has ended; None (every rank killed) past timeout."""
+    deadline, failed, stopping_since = time.monotonic() + timeout, None, None
+    while any(p.is_alive() for p in processes):
+        now = time.monotonic()
+        if failed is None:
+            failed = next((p.exitcode for p in processes if p.exitcode not in (None, 0)), None)
+        if failed is not None and stopping_since is None:
+            stopping_since = now
+            _signal_groups(processes, signal.SIGTERM)
+        if now > deadline or (stopping_since and now - stopping_since > TORCHRUN_GRACE_S):
+            _signal_groups(processes, signal.SIGKILL)
+            for process in processes:
+                process.join()
+            return failed if now <= deadline else None
+        time.sleep(0.05)
+    codes = [p.exitcode for p in processes]
+    return failed if failed is not None else next((c for c in codes if c), 0)
+
+
+def _signal_groups(processes: list, number: int) -> None:
+    for process in processes:
+        if process.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, number)
 
 
 def launch(
-    overrides: list[str],
-    torchrun: int = 0,
-    as_shipped: bool = False,
-    forked: bool = True,
-    **kwargs,
+    overrides: list[str], torchrun: int = 0, as_shipped: bool = False, **kwargs
 ) -> subprocess.Popen:
-    """``train.py`` as a subprocess; ``as_shipped``: without the tests' setting of the kernels
-    (``XIELU_BACKEND=eager``), as a user runs it;
-    ``forked``: each process (torchrun's agent, each rank) a fork of ``tests/fork_server.py``'s
-    server rather than a fresh interpreter (that file says what differs, and which tests launch
-    without it)."""
-    forked = forked and not as_shipped  # a user's run starts a fresh interpreter
-    python = [sys.executable, str(FORK_SERVER)] if forked else [sys.executable]
-    if torchrun:
-        cmd = [
-            *python,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc_per_node={torchrun}",
-            "--standalone",  # a free port on this host
-            *python[1:],  # each rank through the server too
-            "train.py",
-            *overrides,
-        ]
-    else:
-        cmd = [*python, "train.py", *overrides]
+    """``train.py`` as a user starts it, as a subprocess: ``python train.py`` or, with
+    ``torchrun`` ranks, ``python -m torch.distributed.run --standalone``; for the tests where
+    the process boundary is what is tested (signals from outside, kill -9, the end-to-end
+    tier). ``as_shipped``: without the tests' setting of the kernels (``XIELU_BACKEND``)."""
+    cmd = [sys.executable, "train.py", *overrides]
+    if torchrun:  # --standalone: a rendezvous on a free port of this host
+        cmd[1:1] = ["-m", "torch.distributed.run", f"--nproc_per_node={torchrun}", "--standalone"]
     env = {**os.environ, **TEST_ENVIRONMENT, **kwargs.pop("env", {})}
-    if forked:
-        env[fork_server.ADDRESS] = server_address()
     if as_shipped:
         env.pop("XIELU_BACKEND", None)
     return subprocess.Popen(
@@ -129,16 +204,14 @@ def launch(
     )
 
 
-def run(overrides: list[str], torchrun: int = 0, timeout: float = 300, **kwargs):
-    """(exit code, output) of a run; a run still going after ``timeout`` is a hang: its whole
-    process group (torchrun's ranks and data workers too) is killed and the test fails with
-    the output so far, instead of leaving orphans that slow every later test."""
+def run_launched(overrides: list[str], torchrun: int = 0, timeout: float = 300, **kwargs):
+    """(exit code, output) of ``launch``; past ``timeout`` a hang: its process tree (torchrun's
+    ranks and their data workers too) is killed and the test fails with the output so far."""
     process = launch(overrides, torchrun, **kwargs)
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        # torchrun starts each rank in a session of its own: kill the whole tree
-        kill_tree(process.pid)
+        kill_tree(process.pid)  # torchrun starts each rank in a session of its own
         output, _ = process.communicate(timeout=60)
         message = f"the run hung for {timeout} s; its output:\n{output[-5000:]}"
         raise AssertionError(message) from None
