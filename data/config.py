@@ -2,17 +2,13 @@
 
 The source-specific settings (the Hub's retries, the text column, the score filter) sit here
 too, beside the shared ones, so that Hydra checks them all in one schema; a source reads the
-ones it needs (``data.registry``). Every check of the data's keys lives here: the values in
-``__post_init__`` (refused when the config is composed), the files they name in
-:meth:`DataConfig.check_inputs` (before a run starts; a reader of a finished run on another
-machine does not need the data)."""
+ones it needs. The values are checked here, in ``__post_init__`` (refused when the config is
+composed); what needs a source known by name (its ``data.paths``, its files) is checked beside
+the table of sources (``data/sources/__init__.py``), which imports this module."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-
-from data.paths import expand_paths
-from data.registry import get_source
 
 TOKENIZERS = ("mistral_nemo", "llama3", "hf", "sentencepiece", "bytes")
 BUILTIN_PARTS = ("all", "reference", "docstrings")
@@ -86,10 +82,10 @@ MIXTURE_OVERRIDES = tuple(
 @dataclass
 class DataConfig:
     """Attributes:
-    source: a name registered in ``data.registry``: ``builtin`` (offline smoke-test corpus),
-        ``local`` (parquet/jsonl files), ``fineweb_edu`` (streamed from the Hugging Face Hub),
-        ``tokenized`` (binary shards) or ``mixture`` (the weighted ``sources``); one module
-        each under ``data/sources/``.
+    source: a name in the table of ``data/sources/__init__.py``: ``builtin`` (offline
+        smoke-test corpus), ``local`` (parquet/jsonl files), ``fineweb_edu`` (streamed from the
+        Hugging Face Hub), ``tokenized`` (binary shards) or ``mixture`` (the weighted
+        ``sources``, ``data.mixture``).
     sources: with ``source=mixture``, the sources mixed and their weights (``MixtureSource``;
         ``data.mixture`` says how windows are drawn); empty otherwise.
     paths: glob patterns; ``local``: ``*.parquet``, ``*.jsonl``, ``*.jsonl.gz``;
@@ -150,8 +146,6 @@ class DataConfig:
             raise ValueError(
                 f"data.builtin_part={self.builtin_part!r} is not one of {', '.join(BUILTIN_PARTS)}"
             )
-        if get_source(self.source).needs_paths and not self.paths:
-            raise ValueError(f"data.paths must list files (globs) for data.source={self.source}")
         self.sources = [
             MixtureSource(**entry) if isinstance(entry, dict) else entry for entry in self.sources
         ]
@@ -176,11 +170,6 @@ class DataConfig:
                 raise ValueError(f"{where}: a mixture cannot hold a mixture")
             if not entry.weight > 0:
                 raise ValueError(f"{where}: weight must be positive, got {entry.weight}")
-            read = get_source(entry.source)
-            if entry.paths is not None and not (read.needs_paths or read.reads_paths):
-                raise ValueError(
-                    f"{where}: paths: source {entry.source} reads no data.paths (it was ignored)"
-                )
             given = {k: getattr(entry, k) for k in MIXTURE_OVERRIDES}
             overrides = {k: v for k, v in given.items() if v is not None}
             try:
@@ -190,16 +179,3 @@ class DataConfig:
             except ValueError as error:
                 raise ValueError(f"{where}: {error}") from None
         return parts
-
-    def check_inputs(self) -> None:
-        """The files ``data.paths`` names exist (each pattern matches at least one file of the
-        source's kinds) and can be read as configured (the source's own check: a text column
-        the first record lacks). Raises ValueError naming the key."""
-        source = get_source(self.source)
-        for pattern in self.paths if source.path_suffixes else ():
-            try:
-                expand_paths([pattern], source.path_suffixes)
-            except FileNotFoundError as error:
-                raise ValueError(str(error)) from None
-        if source.check is not None:
-            source.check(self)

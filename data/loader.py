@@ -1,6 +1,6 @@
-"""The training DataLoader (endless, exactly resumable) and the pipeline's counters read back
-from its state. Its resume from a checkpoint: ``data.restore``; the held-out slice's loader:
-``data.validation``."""
+"""The training DataLoader (endless, exactly resumable), the pipeline's counters read back from
+its state, and the held-out slice's loaders. The training loader's resume from a checkpoint:
+``data.restore``; how a source cuts its held-out slice into windows: ``data.validation``."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ import warnings
 from collections import Counter
 from collections.abc import Iterator
 
+from torch.utils.data import DataLoader, IterableDataset
+
 from data.config import DataConfig
 from data.mixture import COUNTER_PREFIX
-from data.registry import DataError, get_source
+from data.source import DataError
+from data.sources import get_source
 
 # Always reported by ``counters``, so every rank all-reduces the same keys.
 COUNTERS = (
@@ -111,7 +114,7 @@ def build_loader(config: DataConfig, batch_size: int, rank: int = 0, world_size:
 
 def first_batch(loader) -> tuple[Iterator[dict], DataError | None]:
     """``(batches, None)``: the loader's iterator with its first batch drawn and put back in
-    front; ``(None, error)`` when the data cannot feed that batch (``data.registry.DataError``).
+    front; ``(None, error)`` when the data cannot feed that batch (``data.source.DataError``).
 
     The trainer calls it before it writes anything, so that data which cannot feed a step is a
     refusal like a bad setting, not a traceback in a run directory already written. A worker's
@@ -159,3 +162,35 @@ def _dataset_states(state):
                 yield value
             else:
                 yield from _dataset_states(value)
+
+
+class ValidationStream(IterableDataset):
+    """Every rank packs the whole slice the same way and keeps windows ``i % world_size ==
+    rank`` (``data.partition``'s rule), so the windows, and the token-weighted loss over them,
+    do not depend on the world size."""
+
+    def __init__(self, config: DataConfig, rank: int = 0, world_size: int = 1) -> None:
+        self.config, self.rank, self.world_size = config, rank, world_size
+
+    def __iter__(self):
+        windows = get_source(self.config.source).validation(self.config)
+        return itertools.islice(windows, self.rank, None, self.world_size)
+
+
+def build_validation_loader(
+    config: DataConfig, batch_size: int | None, rank: int = 0, world_size: int = 1
+) -> DataLoader:
+    """This rank's share of the held-out slice (a mixture's: every source's, one after the
+    other)."""
+    return DataLoader(ValidationStream(config, rank, world_size), batch_size=batch_size)
+
+
+def build_validation_loaders(
+    config: DataConfig, batch_size: int | None, rank: int = 0, world_size: int = 1
+) -> dict[str, DataLoader]:
+    """This rank's share of each source's held-out slice, by ``data.sources`` name, so that each
+    source is also measured alone; ``{"": loader}`` for a single source."""
+    parts = config.mixture_parts() or [("", config)]
+    return {
+        name: build_validation_loader(part, batch_size, rank, world_size) for name, part in parts
+    }

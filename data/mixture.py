@@ -24,19 +24,44 @@ over streams is kept, as for every counter) and the others start at zero.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 
-from data.config import DataConfig
+from data.config import MIXTURE, DataConfig
 from data.partition import worker_stream
-from data.registry import DataError, get_source
 from data.repartition import CannotRepartitionError, new_identity
 from data.resumable import ResumableStream
+from data.source import DataError, DataSource
 
+Sources = Mapping[str, DataSource]  # the sources a mixture may draw from, by name
 COUNTER_PREFIX = "mixture/"  # the training tokens each source gave: ``mixture/<name>``
+
+
+def source(sources: Sources) -> DataSource:
+    """``data.source=mixture``: windows of the ``sources`` that ``data.sources`` names, drawn
+    by weight. The table of sources (``data/sources/__init__.py``) hands itself in, so that
+    this module needs no import of it."""
+    return DataSource(
+        name=MIXTURE,
+        summary="a weighted mixture of the sources in data.sources, drawn by token",
+        training=functools.partial(MixtureStream, sources=sources),
+        validation=functools.partial(validation, sources=sources),
+        check=functools.partial(check, sources=sources),
+        check_tokenizer=functools.partial(check_tokenizer, sources=sources),
+        repartition=functools.partial(repartition, sources=sources),
+    )
+
+
+def source_tokens(counters: Mapping[str, int]) -> dict[str, int]:
+    """Each mixed source's training tokens, by name, from the pipeline's counters
+    (``data.loader.counters``, summed over ranks or not); empty for a single source."""
+    return {
+        k[len(COUNTER_PREFIX) :]: n for k, n in counters.items() if k.startswith(COUNTER_PREFIX)
+    }
 
 
 def next_source(counts: list[int], weights: list[float]) -> int:
@@ -64,11 +89,13 @@ def mixture_identity(config: DataConfig, n_streams: int) -> dict:
 class MixtureStream(ResumableStream):
     """Endless training windows of one stream, each window wholly from one source."""
 
-    def __init__(self, config: DataConfig, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self, config: DataConfig, rank: int = 0, world_size: int = 1, *, sources: Sources
+    ) -> None:
         super().__init__(rank, world_size)
         self.config = config
         self.streams = [
-            get_source(part.source).training(part, rank, world_size)
+            sources[part.source].training(part, rank, world_size)
             for _, part in config.mixture_parts()
         ]
 
@@ -116,21 +143,23 @@ def state(config: DataConfig, identity: dict, stream: int, counts: list[int], ch
     }
 
 
-def validation(config: DataConfig) -> Iterator[dict[str, torch.Tensor]]:
-    """Every source's held-out windows, one source after the other (each packed alone); the
-    trainer also measures each source on its own (``val/loss/<name>``)."""
+def validation(config: DataConfig, *, sources: Sources) -> Iterator[dict[str, torch.Tensor]]:
+    """Every source's held-out windows, one source after the other (each packed alone, as
+    ``data.loader.build_validation_loaders`` measures each on its own)."""
     return itertools.chain.from_iterable(
-        get_source(part.source).validation(part) for _, part in config.mixture_parts()
+        sources[part.source].validation(part) for _, part in config.mixture_parts()
     )
 
 
-def repartition(config: DataConfig, old: list[dict | None], n_new: int) -> list[dict | None]:
+def repartition(
+    config: DataConfig, old: list[dict | None], n_new: int, *, sources: Sources
+) -> list[dict | None]:
     """Every source's streams re-partitioned by that source's rule; the counts summed into new
     stream 0 (see the module's docstring)."""
     identity = new_identity(old, mixture_identity(config, n_new))
     per_source = []
     for i, (name, part) in enumerate(config.mixture_parts()):
-        source = get_source(part.source)
+        source = sources[part.source]
         olds = [state["children"][i] if state else None for state in old]
         try:
             if source.repartition is None:
@@ -155,20 +184,19 @@ def repartition(config: DataConfig, old: list[dict | None], n_new: int) -> list[
     ]
 
 
-def check(config: DataConfig) -> None:
-    """Each source's files, as ``DataConfig.check_inputs`` checks a single source's, the
-    refusal naming the entry."""
+def check(config: DataConfig, *, sources: Sources) -> None:
+    """Each source's files, as a single source's are checked, the refusal naming the entry."""
     for i, (name, part) in enumerate(config.mixture_parts()):
         try:
-            part.check_inputs()
+            sources[part.source].check_inputs(part)
         except ValueError as error:
             raise ValueError(f"data.sources[{i}] ({name}): {error}") from None
 
 
-def check_tokenizer(config: DataConfig, tokenizer) -> None:
+def check_tokenizer(config: DataConfig, tokenizer, *, sources: Sources) -> None:
     """Each token-shard source against the run's tokenizer, the refusal naming the entry."""
     for i, (name, part) in enumerate(config.mixture_parts()):
-        if (own := get_source(part.source).check_tokenizer) is not None:
+        if (own := sources[part.source].check_tokenizer) is not None:
             try:
                 own(part, tokenizer)
             except ValueError as error:

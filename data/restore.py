@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from data.registry import get_source
 from data.repartition import CannotRepartitionError
+from data.sources import get_source
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from torch.utils.data import IterableDataset
 
 from data.partition import worker_stream
-from data.registry import DataError
+from data.source import DataError
 
 
 def files_changed(saved: list[str], current: list[str]) -> str:

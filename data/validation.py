@@ -4,21 +4,19 @@ The same documents for every run, activation and world size, so perplexities are
 A source's ``validation`` only says which documents are held out; how they become windows is
 written once here, so that no two sources cut their slices differently: packed like training
 windows, with the last, partial window padded with ignored targets (``IGNORE_INDEX``), so that
-evaluation reaches the slice's last token.
+evaluation reaches the slice's last token. The loaders that share the slice out to the ranks:
+``data.loader``.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset
 
 from data.config import DataConfig
 from data.packing import Packer, pack
-from data.registry import get_source
 from data.tokenizers import encode_document, load_tokenizer
 
 
@@ -36,22 +34,3 @@ def held_out_text_windows(
     tokenizer = load_tokenizer(config.tokenizer)
     ids = (encode_document(tokenizer, text, config.tokenizer.add_bos) for text in texts)
     yield from held_out_windows(config, ids, tokenizer.eos_id)
-
-
-class ValidationStream(IterableDataset):
-    """Every rank packs the whole slice the same way and keeps windows ``i % world_size ==
-    rank`` (``data.partition``'s rule), so the windows, and the token-weighted loss over them,
-    do not depend on the world size."""
-
-    def __init__(self, config: DataConfig, rank: int = 0, world_size: int = 1) -> None:
-        self.config, self.rank, self.world_size = config, rank, world_size
-
-    def __iter__(self):
-        windows = get_source(self.config.source).validation(self.config)
-        return itertools.islice(windows, self.rank, None, self.world_size)
-
-
-def build_validation_loader(
-    config: DataConfig, batch_size: int, rank: int = 0, world_size: int = 1
-) -> DataLoader:
-    return DataLoader(ValidationStream(config, rank, world_size), batch_size=batch_size)

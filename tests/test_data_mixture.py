@@ -19,6 +19,8 @@ from data import (
     DataError,
     TokenizerConfig,
     build_loader,
+    check_inputs,
+    check_sources,
     counters,
     get_source,
     restore_loader,
@@ -264,15 +266,15 @@ def test_a_mixture_that_cannot_work_is_refused_naming_the_entry(corpora, change,
         "sources": change.get("sources", sources),
         "source": change.get("source", "mixture"),
     }
-    with pytest.raises(ValueError, match=message):
-        mixture_config(corpora, **values)
+    with pytest.raises(ValueError, match=message):  # composing a config runs both
+        check_sources(mixture_config(corpora, **values))
 
 
 def test_a_missing_file_of_one_source_is_refused_before_a_run_naming_the_entry(corpora):
     config = mixture_config(corpora)
     config.sources[1].paths = [f"{corpora}/nowhere/*.jsonl"]
     with pytest.raises(ValueError, match=r"data\.sources\[1\] \(short\): .*nowhere"):
-        config.check_inputs()
+        check_inputs(config)
 
 
 def test_the_share_report_prints_the_weights_drawn_and_the_skew_of_mixing_documents(

@@ -14,6 +14,7 @@ from data import (
     TokenizerConfig,
     build_loader,
     build_validation_loader,
+    check_sources,
     first_batch,
     restore_loader,
 )
@@ -362,8 +363,8 @@ def test_int_score_filter_keeps_educational_documents(corpus):
 
 def test_config_errors_name_the_key():
     with pytest.raises(ValueError, match=r"data\.source='s3' is not known"):
-        DataConfig(source="s3")
+        check_sources(DataConfig(source="s3"))
     with pytest.raises(ValueError, match=r"data\.paths must list files"):
-        DataConfig(source="local")
+        check_sources(DataConfig(source="local"))
     with pytest.raises(FileNotFoundError, match="matches no"):
         next(iter(TextStream(DataConfig(source="local", paths=["/nonexistent/*.parquet"]))))

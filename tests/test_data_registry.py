@@ -1,9 +1,9 @@
-"""The data-source registry: names, errors, and what adding a source takes."""
+"""The table of data sources: names, errors, and what adding a source takes."""
 
+import importlib
 import inspect
 import json
 import pkgutil
-import sys
 
 import pytest
 import torch
@@ -16,32 +16,31 @@ from data import (
     available_sources,
     build_loader,
     build_validation_loader,
+    check_sources,
     get_source,
-    registry,
 )
-from data.registry import DataSource, register
+from data.text import TextSource, text_file_source
 from scripts.pretokenize import pretokenize
 
 
-def test_every_module_in_data_sources_registers_the_source_it_is_named_after():
+def test_the_table_holds_every_module_of_data_sources_under_its_own_name():
     modules = {m.name for m in pkgutil.iter_modules(data.sources.__path__)}
-    assert set(available_sources()) == modules
-    assert modules == {"builtin", "local", "fineweb_edu", "tokenized", "mixture"}
+    assert modules == {"builtin", "local", "fineweb_edu", "tokenized"}
+    assert available_sources() == sorted([*modules, "mixture"])
+    for name in modules:
+        assert importlib.import_module(f"data.sources.{name}").SOURCE is get_source(name)
 
 
-def test_an_unknown_source_is_refused_with_the_registered_names():
+def test_an_unknown_source_is_refused_with_the_names_in_the_table():
     expected = (
         r"data\.source='s3' is not known; choose one of: builtin, fineweb_edu, local, mixture, tok"
     )
     with pytest.raises(ValueError, match=expected):
         get_source("s3")
     with pytest.raises(ValueError, match=expected):
-        DataConfig(source="s3")
-
-
-def test_a_name_registered_twice_is_refused():
-    with pytest.raises(ValueError, match="'local' is registered twice"):
-        register(DataSource("local", "again", get_source("local").training, lambda c: iter(())))
+        check_sources(DataConfig(source="s3"))
+    with pytest.raises(ValueError, match=r"data\.sources\[0\] \(a\): data\.source='s3' is not"):
+        check_sources(DataConfig(source="mixture", sources=[{"name": "a", "source": "s3"}]))
 
 
 def test_pretokenize_names_the_sources_it_can_read(tmp_path):
@@ -57,37 +56,18 @@ def test_ignore_index_is_the_losses():
     assert IGNORE_INDEX == skipped == torch.nn.CrossEntropyLoss().ignore_index
 
 
-TOY_SOURCE = '''
-"""toy: a source added by one module (and, for Hydra, one preset)."""
-
-from pathlib import Path
-
-from data.registry import register
-from data.text import TextSource, text_file_source
-
-
-def open_toy(config):
-    return TextSource([str(Path(__file__).with_name("toy.jsonl"))])
-
-
-register(text_file_source("toy", "a test corpus", open_toy))
-'''
-
-
 @pytest.fixture
 def toy_source(tmp_path, monkeypatch):
-    """A module ``toy.py`` dropped next to the real sources, and nothing else."""
-    (tmp_path / "toy.py").write_text(TOY_SOURCE)
+    """A source added as docs/extending.md says: its ``SOURCE``, and its line in the table."""
     docs = [f"Toy document {i}: the activation is applied elementwise." for i in range(20)]
     (tmp_path / "toy.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    monkeypatch.setattr(data.sources, "__path__", [*data.sources.__path__, str(tmp_path)])
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(registry, "_discovered", False)
-    yield docs
-    sys.modules.pop("data.sources.toy", None)
+    path = str(tmp_path / "toy.jsonl")
+    toy = text_file_source("toy", "a test corpus", lambda config: TextSource([path]))
+    monkeypatch.setitem(data.sources.SOURCES, "toy", toy)
+    return docs
 
 
-def test_adding_a_source_is_one_module(toy_source, tmp_path):
+def test_adding_a_source_is_one_entry_in_the_table(toy_source, tmp_path):
     assert "toy" in available_sources()
     config = DataConfig(
         source="toy",

@@ -79,8 +79,7 @@ def train_with_toys(root):
     """One run with every toy, registered the way docs/extending.md says, and removed again
     before it returns: (run dir, config, the instrument). One function, so that no other test
     of this worker process runs while the process-wide registries hold the toys."""
-    from data.registry import _REGISTRY as SOURCES
-    from data.registry import register as register_source
+    from data.sources import SOURCES
     from data.text import TextSource, text_file_source
     from eval.downstream import during_training
     from training.loop import train
@@ -93,8 +92,8 @@ def train_with_toys(root):
     corpus.write_text("".join(json.dumps({"text": t * 3}) + "\n" for t in lines))
 
     register(TOY_ACTIVATION, toy_activation(), "x^2 above 0, alpha x below", scalars=("alpha",))
-    register_source(
-        text_file_source(TOY_SOURCE, "the toy lines", lambda config: TextSource([str(corpus)]))
+    SOURCES[TOY_SOURCE] = text_file_source(
+        TOY_SOURCE, "the toy lines", lambda config: TextSource([str(corpus)])
     )
     register_schedule(Schedule(TOY_SCHEDULE, toy_rate, "halves every quarter"))
     try:

@@ -1,10 +1,11 @@
 """The one entry point to every check of a configuration before a run starts.
 
 Each check lives with the keys it checks: the model's and the data's values in their
-dataclasses (refused when the config is composed), the files ``data.paths`` names with the data
-(``DataConfig.check_inputs``), a schedule's with the schedule (``training.schedule``), the
-trainer's, optimizer's and logging's in ``training.config``, and there too the one rule every
-float setting shares, whoever owns it: finite (``check_finite``). This module only calls them, in
+dataclasses and the sources the data names (``data.check_sources``; all refused when the config
+is composed), the files ``data.paths`` names with the sources (``data.check_inputs``), a
+schedule's with the schedule (``training.schedule``), the trainer's, optimizer's and logging's
+in ``training.config``, and there too the one rule every float setting shares, whoever owns it:
+finite (``check_finite``). This module only calls them, in
 that order, and writes nothing into the config: values derived from others (the global batch
 from ``trainer.global_batch_tokens``) are computed where they are read
 (``ExperimentConfig.sequences_per_step``). The checks that need the tokenizer run once it is
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 
-from data import get_source
+from data import check_inputs, get_source
 from training.batch_ramp import check_batch_ramp
 from training.config import ExperimentConfig, check_finite, check_trainer
 from training.errors import ConfigError
@@ -37,7 +38,7 @@ def check_config(
     check_batch_ramp(config, world_size)
     check_schedule(config.schedule, config.trainer.steps)
     try:
-        config.data.check_inputs()
+        check_inputs(config.data)
     except ValueError as error:
         raise ConfigError(str(error)) from None
     if config.trainer.downstream_every and not has_downstream_evaluator:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
 
 from data.config import DataConfig
+from data.sources import check_sources
 from model.config import ModelConfig
 from training.errors import ConfigError
 
@@ -517,7 +518,9 @@ def to_experiment(cfg) -> ExperimentConfig:
         raise ValueError(
             f"unknown configuration keys: {', '.join(unknown)} (see training/config.py)"
         )
-    return OmegaConf.to_object(cfg)
+    experiment = OmegaConf.to_object(cfg)
+    check_sources(experiment.data)
+    return experiment
 
 
 def register_configs() -> None:

@@ -20,7 +20,6 @@ import sysconfig
 from pathlib import Path
 
 from data.config import DataConfig
-from data.registry import register
 from data.text import TextSource, text_file_source
 
 MIN_CHARS = 200
@@ -108,10 +107,8 @@ def open_corpus(config: DataConfig) -> TextSource:
     return TextSource([str(builtin_corpus_path(config.cache_dir, config.builtin_part))])
 
 
-register(
-    text_file_source(
-        "builtin",
-        "offline smoke-test corpus (the Python docs), built and cached on first use",
-        open_corpus,
-    )
+SOURCE = text_file_source(
+    "builtin",
+    "offline smoke-test corpus (the Python docs), built and cached on first use",
+    open_corpus,
 )

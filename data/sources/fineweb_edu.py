@@ -42,9 +42,9 @@ from data.config import DataConfig
 from data.documents import document_text
 from data.packing import Packer, pack_document
 from data.partition import worker_stream
-from data.registry import DataError, DataSource, register
 from data.repartition import CannotRepartitionError
 from data.resumable import ResumableStream
+from data.source import DataError, DataSource
 from data.tokenizers import encode_document, load_tokenizer
 from data.validation import held_out_text_windows
 
@@ -310,14 +310,12 @@ class HubStream(ResumableStream):
             epoch, start = epoch + 1, None
 
 
-register(
-    DataSource(
-        name="fineweb_edu",
-        summary="FineWeb-Edu streamed from the Hugging Face Hub (or data.paths) with datasets",
-        training=HubStream,
-        validation=validation_windows,
-        pretokenize=pretokenize_chunks,
-        repartition=refuse_repartition,
-        reads_paths=True,  # local parquet / jsonl instead of the Hub
-    )
+SOURCE = DataSource(
+    name="fineweb_edu",
+    summary="FineWeb-Edu streamed from the Hugging Face Hub (or data.paths) with datasets",
+    training=HubStream,
+    validation=validation_windows,
+    pretokenize=pretokenize_chunks,
+    repartition=refuse_repartition,
+    reads_paths=True,  # local parquet / jsonl instead of the Hub
 )

@@ -4,16 +4,13 @@ Reading, bad data and fragments: ``data.text.files``; sharding, hold-out and res
 ``data.text``.
 """
 
-from data.registry import register
 from data.text import local_files, text_file_source
 from data.text.files import TEXT_SUFFIXES
 
-register(
-    text_file_source(
-        "local",
-        "local parquet / jsonl(.gz) files (data.paths globs)",
-        local_files,
-        needs_paths=True,
-        path_suffixes=TEXT_SUFFIXES,
-    )
+SOURCE = text_file_source(
+    "local",
+    "local parquet / jsonl(.gz) files (data.paths globs)",
+    local_files,
+    needs_paths=True,
+    path_suffixes=TEXT_SUFFIXES,
 )

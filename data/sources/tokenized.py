@@ -20,10 +20,10 @@ import torch
 from data.config import DataConfig
 from data.packing import Packer
 from data.partition import share, worker_stream
-from data.registry import DataError, DataSource, register
 from data.repartition import deal, merge_stats, new_identity, switch_epoch
 from data.resumable import ResumableStream
 from data.shards import TokenCorpus, check_tokenizer
+from data.source import DataError, DataSource
 from data.validation import held_out_windows
 
 
@@ -164,16 +164,14 @@ def validation_windows(config: DataConfig) -> Iterator[dict[str, torch.Tensor]]:
     yield from held_out_windows(config, [corpus.slice(0, corpus.validation_end)], corpus.eos_id)
 
 
-register(
-    DataSource(
-        name="tokenized",
-        summary="binary token shards from scripts/pretokenize.py (memory-mapped)",
-        training=TokenStream,
-        validation=validation_windows,
-        needs_paths=True,
-        path_suffixes=(".bin",),
-        check=TokenCorpus,
-        check_tokenizer=check_tokenizer,
-        repartition=repartition,
-    )
+SOURCE = DataSource(
+    name="tokenized",
+    summary="binary token shards from scripts/pretokenize.py (memory-mapped)",
+    training=TokenStream,
+    validation=validation_windows,
+    needs_paths=True,
+    path_suffixes=(".bin",),
+    check=TokenCorpus,
+    check_tokenizer=check_tokenizer,
+    repartition=repartition,
 )

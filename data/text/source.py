@@ -1,7 +1,7 @@
 """A text-file source, whole, from the one thing that tells it from another: its files' opener.
 
-Every callable of the registered ``DataSource`` takes the opener as it was given here, so no
-part of a text source looks its own files up by name in the registry.
+Every callable of the ``DataSource`` takes the opener as it was given here, so no part of a
+text source looks its own files up by name in the table of sources.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from functools import partial
 import torch
 
 from data.config import DataConfig
-from data.registry import DataSource
+from data.source import DataSource
 from data.text.files import TextSource, local_files
 from data.text.pretokenize import pretokenize_chunks
 from data.text.repartition import repartition

@@ -16,8 +16,8 @@ import torch
 from data.config import DataConfig
 from data.packing import Packer, pack_document
 from data.partition import owns, share, worker_stream
-from data.registry import DataError
 from data.resumable import ResumableStream
+from data.source import DataError
 from data.text.files import TextSource, local_files
 from data.tokenizers import load_tokenizer
 

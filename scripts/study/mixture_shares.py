@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from data import build_loader, counters
-from data.mixture import COUNTER_PREFIX, normalised_weights
+from data import build_loader, counters, source_tokens
+from data.mixture import normalised_weights
 from scripts.common import markdown
 from training.sweeps import resolve
 
@@ -35,18 +35,18 @@ def main(argv: list[str] | None = None) -> None:
     for _ in itertools.islice(loader, args.windows):
         pass
     state = loader.state_dict()
-    drawn = counters(state)
+    drawn = source_tokens(counters(state))
     children = state["dataset_state"]["pending"]["children"]
     stats = [(child or {}).get("stats", {}) for child in children]
     weights = normalised_weights(config)
     lengths = [own.get("tokens", 0) / max(own.get("documents", 0), 1) for own in stats]
     by_document = sum(w * n for w, n in zip(weights, lengths, strict=True))
-    total = sum(drawn[COUNTER_PREFIX + e.name] for e in config.sources)
+    total = sum(drawn[e.name] for e in config.sources)
     rows = [
         [
             entry.name,
             f"{weight:.3f}",
-            f"{drawn[COUNTER_PREFIX + entry.name] / total:.4f}",
+            f"{drawn[entry.name] / total:.4f}",
             f"{own.get('documents', 0):,}",
             f"{length:,.0f}",
             f"{weight * length / by_document:.3f}" if by_document else "-",

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from data import build_validation_loader
+from data import build_validation_loaders
 from training.checkpoint.rng import preserved_rng
 from training.components import Component
 from training.config import ExperimentConfig
@@ -61,8 +61,8 @@ class Measurements:
         if self.parts is None:
             t, env, data = self.config.trainer, self.env, self.config.data
             self.parts = {}
-            for name, part in data.mixture_parts() or [("", data)]:
-                loader = build_validation_loader(part, t.micro_batch, env.rank, env.world_size)
+            loaders = build_validation_loaders(data, t.micro_batch, env.rank, env.world_size)
+            for name, loader in loaders.items():
                 self.parts[name] = list(itertools.islice(loader, t.eval_batches or None))
         return self.parts
 

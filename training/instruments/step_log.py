@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from data import counters as data_counters
-from data.mixture import COUNTER_PREFIX
+from data import source_tokens
 from model import training_flops_per_token
 from training.components import AtStop, Component
 from training.instruments.metrics import alpha_scalars, device_peak_flops, peak_memory_gib
@@ -76,8 +76,8 @@ class StepLog(Component):
 
 
 def mixture_shares(counts: dict[str, float]) -> dict[str, float]:
-    """``data/share/<name>``: each mixed source's part of the training tokens so far (the
-    ``mixture/<name>`` counters summed over ranks); empty for a single source."""
-    mixed = {k[len(COUNTER_PREFIX) :]: n for k, n in counts.items() if k.startswith(COUNTER_PREFIX)}
+    """``data/share/<name>``: each mixed source's part of the training tokens so far (from the
+    counters summed over ranks); empty for a single source."""
+    mixed = source_tokens(counts)
     total = sum(mixed.values())
     return {f"data/share/{name}": n / total for name, n in mixed.items()} if total else {}

@@ -1,25 +1,19 @@
-"""One place that maps the name in ``data.source=...`` to what the source yields.
+"""What a data source is: the functions behind a name of ``data.source=...``, and the error
+a source raises when its data cannot feed the run.
 
-Every module of the ``data.sources`` package registers exactly one :class:`DataSource`, named
-like the module, when it is imported; the registry imports them all on first lookup. Adding a
-source is therefore one module ``data/sources/<name>.py`` that calls ``register(...)`` and one
-Hydra preset ``configs/data/<name>.yaml`` that sets ``source: <name>``; no other list of the
-sources exists (``DataConfig``, the loaders and ``scripts/pretokenize.py`` all look them up
-here). A source's own settings are fields of the shared ``DataConfig`` (``data.config`` says
-why). The recipe: docs/extending.md.
-
-Imports nothing of ``data``: ``data.config`` looks a source up to check its name, and every
-source takes a config, so the config is written ``Config`` here rather than imported.
+The sources themselves, by name, are the table in ``data/sources/__init__.py``. Imports only
+``data.paths``, so that every module of the pipeline can name these types; a source takes a
+config, written ``Config`` here rather than imported.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from data.paths import expand_paths
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,7 +36,7 @@ Window = dict[str, "torch.Tensor"]
 
 @dataclass(frozen=True)
 class DataSource:
-    """A registered data source.
+    """A data source.
 
     Attributes:
         name: the value of ``data.source``.
@@ -60,10 +54,10 @@ class DataSource:
         reads_paths: ``data.paths`` is read when given (``needs_paths`` implies it): a source
             that reads none refuses a mixture entry's ``paths`` rather than ignore it.
         path_suffixes: the kinds of file ``data.paths`` may match (``.parquet``, ``.bin``...);
-            each pattern must match one before a run starts (``DataConfig.check_inputs``).
+            each pattern must match one before a run starts (``check_inputs``).
         check: ``config`` -> None, raising ValueError naming the key when the files cannot be
             read as configured (a text column the first record lacks); run before a run
-            starts (``DataConfig.check_inputs``). None: nothing to check.
+            starts (``check_inputs``). None: nothing to check.
         check_tokenizer: ``(config, tokenizer)`` -> None, raising ValueError naming both when
             the data was written by another tokenizer (token shards); None: the source
             tokenizes as it reads.
@@ -86,39 +80,14 @@ class DataSource:
     check_tokenizer: Callable[[Config, Any], None] | None = None
     repartition: Callable[[Config, list[dict | None], int], list[dict | None]] | None = None
 
-
-_REGISTRY: dict[str, DataSource] = {}
-_discovered = False
-
-
-def register(source: DataSource) -> None:
-    if source.name in _REGISTRY:
-        raise ValueError(f"data source {source.name!r} is registered twice")
-    _REGISTRY[source.name] = source
-
-
-def _discover() -> None:
-    """Import every module of ``data.sources``; each registers its source on import."""
-    global _discovered
-    if _discovered:
-        return
-    import data.sources as package
-
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
-    _discovered = True
-
-
-def available_sources() -> list[str]:
-    _discover()
-    return sorted(_REGISTRY)
-
-
-def get_source(name: str) -> DataSource:
-    _discover()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(
-            f"data.source={name!r} is not known; choose one of: {', '.join(available_sources())}"
-        ) from None
+    def check_inputs(self, config: Config) -> None:
+        """The files ``data.paths`` names exist (each pattern matches at least one file of this
+        source's kinds) and can be read as configured (``check``: a text column the first
+        record lacks). Raises ValueError naming the key."""
+        for pattern in config.paths if self.path_suffixes else ():
+            try:
+                expand_paths([pattern], self.path_suffixes)
+            except FileNotFoundError as error:
+                raise ValueError(str(error)) from None
+        if self.check is not None:
+            self.check(config)
