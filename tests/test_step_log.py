@@ -37,6 +37,7 @@ class Logger:
 
 def trainer(stats, *, step, loss, rank=0):
     per_layer = [{"alpha_p": 0.8, "alpha_n": 0.5}, {"alpha_p": 0.9, "alpha_n": 0.4}]
+    logger = Logger()
     return SimpleNamespace(
         env=Env(rank=rank, world_size=1, local_rank=0, device=torch.device("cpu")),
         config=SimpleNamespace(
@@ -50,7 +51,8 @@ def trainer(stats, *, step, loss, rank=0):
         tokens=7 * 4 * SEQ,
         global_batch=4,
         step=step,
-        logger=Logger(),
+        logger=logger,
+        log=lambda record, console=True, step=None: logger.log(step, record),  # Trainer.log's
     )
 
 

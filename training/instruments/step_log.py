@@ -71,8 +71,8 @@ class StepLog(Component):
         }
         if self.peak:
             record["mfu"] = tokens_per_s / env.world_size * self.flops_per_token / self.peak
-        trainer.logger.log(step, record)
-        trainer.logger.log_alpha_table(step, per_layer)
+        trainer.log(record, step=step)
+        trainer.logger.log_alpha_table(step, per_layer)  # a wandb figure, not a record
 
 
 def mixture_shares(counts: dict[str, float]) -> dict[str, float]:
