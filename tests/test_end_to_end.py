@@ -1,4 +1,5 @@
-"""The end-to-end tier: what is shipped, run as a cluster runs it (2 torchrun processes, gloo).
+"""The end-to-end tier: what is shipped, run as a cluster runs it (2 ranks, gloo, each its own
+process started as torchrun starts one: ``train_helpers.run``).
 
 Every experiment in ``configs/experiment/`` as shipped except its sizes
 (``tests/end_to_end.py``: ``shrunk``), with every instrument on, is stopped by SIGTERM at a step
@@ -36,7 +37,7 @@ from end_to_end import (
     shrunk,
 )
 from faults import faults_env
-from train_helpers import compose, losses, metrics, run_launched
+from train_helpers import compose, losses, metrics, run
 from training.batch_ramp import BatchPlan
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -45,18 +46,16 @@ REQUEUED = 75  # training/runtime/preemption.py: EXIT_PREEMPTED
 TIMEOUT = 400  # a run of the tier takes 10-60 s on 2 cores: past this it hangs
 
 
-def rank_exit_codes(torchrun_output: str) -> list[int]:
-    """The ranks' exit codes in torchrun's failure report."""
-    return [int(code) for code in re.findall(r"exitcode\s*:\s*(-?\d+)", torchrun_output)]
+def rank_exit_codes(output: str) -> list[int]:
+    """Every rank's exit code, from the end of ``run``'s output."""
+    return [int(code) for code in re.findall(r"exitcode\s*:\s*(-?\d+)", output)]
 
 
 def stop_at(overrides: list[str], step: int, processes: int, run_dir) -> str:
     """Train on ``processes`` until SIGTERM at ``step``: checkpointed, exit 75 from each rank."""
-    torchrun = processes if processes > 1 else 0
     stop = faults_env(signal=f"SIGTERM@{step}")
-    code, output = run_launched(overrides, torchrun=torchrun, timeout=TIMEOUT, env=stop)
-    codes = rank_exit_codes(output) if torchrun else [code]
-    assert code != 0 and set(codes) == {REQUEUED}, output[-4000:]
+    code, output = run(overrides, ranks=processes, timeout=TIMEOUT, env=stop)
+    assert code == REQUEUED and set(rank_exit_codes(output)) == {REQUEUED}, output[-4000:]
     assert max(losses(run_dir)) == step
     return output
 
@@ -131,7 +130,7 @@ def uninterrupted(tmp_path_factory):
             experiment, extra = CASES[case]
             run_dir = tmp_path_factory.mktemp(f"{case}-uninterrupted")
             overrides = [*shrunk(experiment, run_dir), *instruments(), *extra]
-            code, output = run_launched(overrides, torchrun=2, timeout=TIMEOUT)
+            code, output = run(overrides, ranks=2, timeout=TIMEOUT)
             assert code == 0, output[-4000:]
             done[case] = run_dir
         return done[case]
@@ -147,9 +146,8 @@ def test_each_shipped_experiment_survives_sigterm_at_a_measurement_step_and_resu
     overrides = [*shrunk(experiment, tmp_path), *instruments(), *extra]
     config, _ = compose(overrides)
     stop = faults_env(signal=f"SIGTERM@{STOP}")
-    code, output = run_launched(overrides, torchrun=2, timeout=TIMEOUT, env=stop)
-    assert code != 0, output[-4000:]  # torchrun reports the ranks' 75 as a failure
-    assert rank_exit_codes(output) and set(rank_exit_codes(output)) == {REQUEUED}, output[-4000:]
+    code, output = run(overrides, ranks=2, timeout=TIMEOUT, env=stop)
+    assert code == REQUEUED and rank_exit_codes(output) == [REQUEUED] * 2, output[-4000:]
     assert max(losses(tmp_path)) == STOP
     # stopped before measuring: the measurements of that step are pending in the checkpoint
     assert logged_steps(tmp_path, "val/loss") == []
@@ -158,7 +156,7 @@ def test_each_shipped_experiment_survives_sigterm_at_a_measurement_step_and_resu
     moves = case in MOVED_PRESETS
     if moves:  # 2 processes again until MOVES[1], then 1 process to the end
         stop_at(overrides, MOVES[1], 2, tmp_path)
-    code, output = run_launched(overrides, torchrun=0 if moves else 2, timeout=TIMEOUT)
+    code, output = run(overrides, ranks=1 if moves else 2, timeout=TIMEOUT)
     assert code == 0, output[-4000:]
     assert moved(output, 2, 1) == moves
     assert_each_instrument_once_at_each_of_its_steps(tmp_path, config)
@@ -214,7 +212,7 @@ def test_the_matrix_point_trains_with_every_instrument(point, uninterrupted, tmp
     if moves:  # 2 processes, then 1, then 2 again: the checkpoints know no layout
         stop_at(overrides, MOVES[0], 2, tmp_path)
         assert moved(stop_at(overrides, MOVES[1], 1, tmp_path), 2, 1)
-    code, output = run_launched(overrides, torchrun=2, timeout=TIMEOUT)
+    code, output = run(overrides, ranks=2, timeout=TIMEOUT)
     assert moved(output, 1, 2) == moves
     assert code == 0, output[-4000:]
     expected = expected_steps("wsd")

@@ -132,8 +132,9 @@ def run(
     """(exit code, output) of ``train.py`` on ``ranks`` processes started from this one (gloo
     over localhost; one rank: no distributed environment, as ``python train.py``). The exit
     code is 0, or the first failed rank's; once one fails the others are stopped as torchrun
-    stops them. Past ``timeout`` the run is a hang: every rank's process group is killed and
-    the test fails with the output so far."""
+    stops them; the output ends with each rank's ``rank R exitcode : CODE``. Past ``timeout``
+    the run is a hang: every rank's process group is killed and the test fails with the output
+    so far."""
     base = {**os.environ, **TEST_ENVIRONMENT, **(env or {})}
     if ranks > 1:
         shared = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
@@ -147,6 +148,7 @@ def run(
             process.start()
         code = _wait(processes, timeout)
         output = log.read()
+    output += "".join(f"rank {r} exitcode : {p.exitcode}\n" for r, p in enumerate(processes))
     if code is None:
         raise AssertionError(f"the run hung for {timeout} s; its output:\n{output[-5000:]}")
     return code, output
@@ -168,8 +170,7 @@ def _wait(processes: list, timeout: float) -> int | None:
                 process.join()
             return failed if now <= deadline else None
         time.sleep(0.05)
-    codes = [p.exitcode for p in processes]
-    return failed if failed is not None else next((c for c in codes if c), 0)
+    return failed or next((p.exitcode for p in processes if p.exitcode), 0)
 
 
 def _signal_groups(processes: list, number: int) -> None:
