@@ -25,7 +25,9 @@ class OptimConfig:
     0.9999, both warmups 100,000 steps).
 
     Attributes:
-        name: ``adamw`` (the paper) or ``ademamix``. ``lr``, ``betas`` (beta1, beta2), ``eps``,
+        name: ``adamw`` (the paper), ``ademamix`` or ``muon`` (``training/muon.py``: Muon for
+            the attention and MLP matrices at ``muon_lr``, AdamW for every other parameter at
+            ``lr``, both on the schedule's shape). ``lr``, ``betas`` (beta1, beta2), ``eps``,
             the weight decay and its roles, the scalar multiplier and µP's per-group rates mean
             the same under both. A resume may not change it (the state is another optimizer's).
         goldfish_k: Goldfish loss (``training/loss_mask.py``): leave out of the training loss
@@ -45,6 +47,9 @@ class OptimConfig:
         ademamix_alpha_warmup: steps over which alpha rises linearly from 0 (0: none).
         ademamix_beta3_warmup: steps over which beta3 rises from beta1 with its half-life
             growing linearly (0: none).
+        muon_lr: Muon's peak rate for the hidden matrices (an update of spectral norm
+            ``muon_lr * sqrt(max(1, fan_out / fan_in))``; µP needs no width factor on it).
+        muon_momentum: Muon's (Nesterov) momentum.
         lr: peak learning rate.
         min_lr: the learning rate the schedule decays to.
         decay_norms_and_embeddings: apply weight decay to norm weights and the embedding too
@@ -83,6 +88,8 @@ class OptimConfig:
     ademamix_beta3: float = 0.9999
     ademamix_alpha_warmup: int = 0
     ademamix_beta3_warmup: int = 0
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.95
 
 
 @dataclass
@@ -319,7 +326,7 @@ CHOICES = {
     "trainer.compile_backend": ("inductor", "aot_eager", "eager"),
     "trainer.activation_checkpointing": ("none", "full", "selective"),
     "trainer.float8": ("none", "tensorwise", "rowwise"),
-    "optim.name": ("adamw", "ademamix"),
+    "optim.name": ("adamw", "ademamix", "muon"),
     "optim.goldfish_rule": ("table", "paper"),
     "logging.wandb.mode": ("online", "offline", "disabled"),
 }
@@ -355,7 +362,13 @@ BOUNDS = {
     "optim.ademamix_beta3_warmup": 0,
 }
 # the float knobs that must be above 0, not only at or above it
-POSITIVE = ("optim.lr", "optim.eps", "optim.scalar_lr_multiplier", "trainer.spike_threshold")
+POSITIVE = (
+    "optim.lr",
+    "optim.muon_lr",
+    "optim.eps",
+    "optim.scalar_lr_multiplier",
+    "trainer.spike_threshold",
+)
 # what a refusal of these adds to "must be ...", for a rule whose reason is not plain
 WHY = {
     "optim.lr": "0 trains nothing",
@@ -481,6 +494,11 @@ def check_optimizer(o: OptimConfig) -> None:
         )
     if not all(0 <= beta < 1 for beta in o.betas) or len(o.betas) != 2:
         raise ConfigError(f"optim.betas={list(o.betas)} must be two values in [0, 1)")
+    if o.name == "muon":
+        if o.fused:
+            raise ConfigError("optim.fused=true: Muon has no fused kernel")
+        if not 0 <= o.muon_momentum < 1:
+            raise ConfigError(f"optim.muon_momentum={o.muon_momentum} must lie in [0, 1)")
     if o.name != "ademamix":
         return
     if o.fused:

@@ -1,5 +1,5 @@
-"""The optimizer (AdamW or AdEMAMix), with weight decay only where it makes sense, decided by
-parameter role."""
+"""The optimizer (AdamW, AdEMAMix, or Muon with AdamW), with weight decay only where it makes
+sense, decided by parameter role."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from torch import nn
 
 from training.ademamix import AdEMAMix
 from training.config import OptimConfig
+from training.muon import MuonAdamW
 
 
 def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
@@ -24,10 +25,16 @@ def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
     ``decay_norms_and_embeddings``. A tied LM head is the embedding and follows it. ``model``
     is the bare model (``TrainingModel.bare``: the same parameter objects DDP and FSDP2
     train); parameters keep their order within each group.
+
+    Under ``optim.name=muon`` the attention and MLP matrices (every matrix but the embedding
+    and the LM head) form a first group of their own, ``muon: True``, decayed, at ``muon_lr``
+    (its ``lr_multiplier`` is ``muon_lr / lr``) and with no µP factor (``training.muon`` says
+    why); every other parameter is grouped as above, for AdamW.
     """
     activation_scalars = {id(p) for p in model.activation_scalar_parameters()}
     mup = model.config.parametrization == "mup"
-    decay, no_decay, scalars, hidden = [], [], [], []
+    muon = config.name == "muon"
+    decay, no_decay, scalars, hidden, matrices = [], [], [], [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
@@ -36,6 +43,9 @@ def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
             continue
         if "embed_tokens" in name or param.ndim < 2:
             wants_decay = config.decay_norms_and_embeddings
+        elif muon and not name.startswith("lm_head"):
+            matrices.append(param)
+            continue
         elif mup and not name.startswith("lm_head"):
             hidden.append(param)  # a matrix whose both dimensions grow with width
             continue
@@ -58,6 +68,14 @@ def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
         }
         groups = [hidden_group, *groups]
         groups = [group for group in groups if group["params"]]  # a tied head: no decay group
+    if matrices:
+        muon_group = {
+            "params": matrices,
+            "muon": True,
+            "weight_decay": config.weight_decay,
+            "lr_multiplier": config.muon_lr / config.lr,
+        }
+        groups = [group for group in (muon_group, *groups) if group["params"]]
     if scalars:
         groups.append(
             {
@@ -91,7 +109,16 @@ def build_optimizer(
     model: nn.Module, config: OptimConfig, device: torch.device
 ) -> torch.optim.Optimizer:
     """``optim.name``'s optimizer over :func:`parameter_groups`: AdamW fused on CUDA and foreach
-    elsewhere (``optim.fused`` decides when set), AdEMAMix through its foreach path."""
+    elsewhere (``optim.fused`` decides when set), AdEMAMix through its foreach path, Muon's
+    matrices and the AdamW rest as one optimizer (``training.muon``)."""
+    if config.name == "muon":
+        return MuonAdamW(
+            parameter_groups(model, config),
+            lr=config.lr,
+            betas=tuple(config.betas),
+            eps=config.eps,
+            momentum=config.muon_momentum,
+        )
     if config.name == "ademamix":
         return AdEMAMix(
             parameter_groups(model, config),

@@ -1,0 +1,137 @@
+"""Muon for the hidden matrices, AdamW for every other parameter, as one optimizer.
+
+Muon (Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks"): a matrix's
+update is its Nesterov momentum made orthogonal, ``U V^T`` of its SVD, computed by five steps of
+the quintic Newton-Schulz iteration whose coefficients (3.4445, -4.7750, 2.0315) torch's
+``torch.optim.Muon`` uses too; decoupled weight decay as in AdamW. The update is scaled by
+``sqrt(max(1, rows / cols))`` (torch's ``adjust_lr_fn="original"``), so its spectral norm is
+``lr * sqrt(max(1, fan_out / fan_in))`` at every width: the spectral condition for feature
+learning (Yang, Simon and Bernstein 2023), which is what µP asks of a hidden matrix. So under
+``model.parametrization=mup`` the Muon matrices take no ``1 / m`` factor on their rate; the AdamW
+groups (embedding, LM head, norms, the activation's scalars) keep µP's rules for Adam
+(``training.optim.parameter_groups``).
+
+Why not ``torch.optim.Muon`` itself: it takes 2-D parameters only (the AdamW part would be a
+second optimizer, a second state to checkpoint and resume), and under FSDP2 it would
+orthogonalize each rank's shard of a matrix rather than the matrix. Here a sharded matrix
+(a DTensor) is gathered whole, orthogonalized on one rank (the i-th matrix on rank ``i %
+world_size``, so the work is spread over the ranks), broadcast, and each rank keeps its shard:
+the same update as one process, to float32 rounding (``tests/test_muon.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+NEWTON_SCHULZ = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's quintic coefficients
+NEWTON_SCHULZ_STEPS = 5
+
+
+def orthogonalize(matrix: torch.Tensor, steps: int = NEWTON_SCHULZ_STEPS) -> torch.Tensor:
+    """About ``U V^T`` of ``matrix``'s SVD (singular values near 1, within about [0.7, 1.2]),
+    by the quintic Newton-Schulz iteration, in float32; the matrix is first scaled to a
+    spectral norm of at most 1 (by its Frobenius norm)."""
+    a, b, c = NEWTON_SCHULZ
+    x = matrix.float()
+    tall = x.size(0) > x.size(1)
+    if tall:  # iterate on the wide form: X X^T is the smaller product
+        x = x.mT
+    x = x / (x.norm() + 1e-7)
+    for _ in range(steps):
+        gram = x @ x.mT
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return (x.mT if tall else x).contiguous()
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """One optimizer over parameter groups of two kinds: ``muon: True`` (2-D matrices; ``lr``,
+    ``weight_decay``, ``momentum``, ``nesterov``) and the others (AdamW: ``lr``, ``betas``,
+    ``eps``, ``weight_decay``). Works on plain tensors (one process, DDP: the gradients are
+    already the same on every rank) and on FSDP2's DTensors."""
+
+    def __init__(
+        self,
+        params,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+    ) -> None:
+        defaults = dict(
+            lr=lr,
+            betas=tuple(betas),
+            eps=eps,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            nesterov=nesterov,
+            muon=False,
+        )
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            if group["muon"] and any(p.ndim != 2 for p in group["params"]):
+                raise ValueError("Muon's groups hold 2-D matrices only")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        index = 0  # the matrices' order, the same on every rank: which rank orthogonalizes
+        for group in self.param_groups:
+            if group["muon"]:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self._muon_update(p, group, index)
+                    index += 1
+            else:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self._adamw_update(p, group)
+        return loss
+
+    def _muon_update(self, p: torch.Tensor, group: dict, index: int) -> None:
+        state = self.state[p]
+        if not state:
+            state["momentum_buffer"] = torch.zeros_like(p)
+        buffer = state["momentum_buffer"]
+        buffer.lerp_(p.grad, 1 - group["momentum"])
+        update = p.grad.lerp(buffer, group["momentum"]) if group["nesterov"] else buffer
+        rows, cols = p.shape
+        scale = max(1.0, rows / cols) ** 0.5
+        p.mul_(1 - group["lr"] * group["weight_decay"])
+        p.add_(_orthogonal(update, index), alpha=-group["lr"] * scale)
+
+    def _adamw_update(self, p: torch.Tensor, group: dict) -> None:
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p)
+            state["exp_avg_sq"] = torch.zeros_like(p)
+        beta1, beta2 = group["betas"]
+        state["step"] += 1
+        step = float(state["step"])
+        state["exp_avg"].lerp_(p.grad, 1 - beta1)
+        state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+        denominator = (state["exp_avg_sq"] / (1 - beta2**step)).sqrt_().add_(group["eps"])
+        p.mul_(1 - group["lr"] * group["weight_decay"])
+        p.addcdiv_(state["exp_avg"], denominator, value=-group["lr"] / (1 - beta1**step))
+
+
+def _orthogonal(update: torch.Tensor, index: int) -> torch.Tensor:
+    """``orthogonalize(update)`` of the whole matrix; a DTensor's is computed on one rank of its
+    mesh (``index % size``), broadcast, and handed back as the same shards."""
+    if not isinstance(update, DTensor):
+        return orthogonalize(update).to(update.dtype)
+    mesh, placements = update.device_mesh, update.placements
+    group = mesh.get_group()
+    whole = update.full_tensor().float()
+    owner = index % dist.get_world_size(group)
+    if dist.get_rank(group) == owner:
+        whole = orthogonalize(whole)
+    dist.broadcast(whole, src=dist.get_global_rank(group, owner), group=group)
+    return distribute_tensor(whole.to(update.dtype), mesh, placements, src_data_rank=None)
