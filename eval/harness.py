@@ -43,7 +43,11 @@ class ProjectLM(LM):
         self._device = torch.device(device)
         bos = [tokenizer.bos_id] if add_bos and tokenizer.bos_id is not None else []
         self.prefix = [tokenizer.eos_id, *bos]
-        self.model = model.to(device).eval()
+        # a model already there is left as it is: FSDP2's .to() reshards and swaps every
+        # parameter, which a parameter still referenced elsewhere refuses
+        if any(p.device != self._device for p in model.parameters()):
+            model = model.to(device)
+        self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size_per_call = batch_size
         self.max_length = model.config.max_seq_len

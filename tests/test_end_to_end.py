@@ -118,6 +118,10 @@ def assert_profiled(run_dir) -> None:
 # the shipped experiments, and the cluster preset under µP (width 32 over a base of 16)
 CASES = {name: (name, ()) for name in EXPERIMENTS}
 CASES["paper_1b-mup"] = ("paper_1b", ("model.parametrization=mup", "model.mup_base_dim=16"))
+# Muon (training/muon.py) on FSDP2 bf16 compiled blocks, moved from 2 processes to 1 like the
+# FSDP2 presets: each matrix orthogonalized whole, its momentum re-sharded by the checkpoint
+CASES["paper_1b-muon"] = ("paper_1b", ("optim.name=muon",))
+MOVED_CASES = (*MOVED_PRESETS, "paper_1b-muon")
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +157,7 @@ def test_each_shipped_experiment_survives_sigterm_at_a_measurement_step_and_resu
     assert logged_steps(tmp_path, "val/loss") == []
     assert logged_steps(tmp_path, "downstream/seconds") == []
 
-    moves = case in MOVED_PRESETS
+    moves = case in MOVED_CASES
     if moves:  # 2 processes again until MOVES[1], then 1 process to the end
         stop_at(overrides, MOVES[1], 2, tmp_path)
     code, output = run(overrides, ranks=1 if moves else 2, timeout=TIMEOUT)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.optim.adamw import adamw
 
 NEWTON_SCHULZ = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's quintic coefficients
 NEWTON_SCHULZ_STEPS = 5
@@ -84,42 +85,64 @@ class MuonAdamW(torch.optim.Optimizer):
         index = 0  # the matrices' order, the same on every rank: which rank orthogonalizes
         for group in self.param_groups:
             if group["muon"]:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        self._muon_update(p, group, index)
-                    index += 1
+                self._muon_step(group, index)
+                index += len(group["params"])
             else:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        self._adamw_update(p, group)
+                self._adamw_step(group)
         return loss
 
-    def _muon_update(self, p: torch.Tensor, group: dict, index: int) -> None:
-        state = self.state[p]
-        if not state:
-            state["momentum_buffer"] = torch.zeros_like(p)
-        buffer = state["momentum_buffer"]
-        buffer.lerp_(p.grad, 1 - group["momentum"])
-        update = p.grad.lerp(buffer, group["momentum"]) if group["nesterov"] else buffer
-        rows, cols = p.shape
-        scale = max(1.0, rows / cols) ** 0.5
-        p.mul_(1 - group["lr"] * group["weight_decay"])
-        p.add_(_orthogonal(update, index), alpha=-group["lr"] * scale)
+    def _muon_step(self, group: dict, first_index: int) -> None:
+        """The group's Muon update: momentum and decay in foreach ops over the group, each
+        matrix's orthogonalized step by ``_orthogonal``."""
+        indexed = [(i, p) for i, p in enumerate(group["params"], first_index) if p.grad is not None]
+        if not indexed:
+            return
+        params = [p for _, p in indexed]
+        for p in params:
+            if not self.state[p]:
+                self.state[p]["momentum_buffer"] = torch.zeros_like(p)
+        grads = [p.grad for p in params]
+        buffers = [self.state[p]["momentum_buffer"] for p in params]
+        torch._foreach_lerp_(buffers, grads, 1 - group["momentum"])
+        if group["nesterov"]:
+            updates = torch._foreach_lerp(grads, buffers, group["momentum"])
+        else:
+            updates = buffers
+        steps = []
+        for (i, p), update in zip(indexed, updates, strict=True):
+            rows, cols = p.shape
+            scale = max(1.0, rows / cols) ** 0.5
+            steps.append(_orthogonal(update, i).mul_(-group["lr"] * scale))
+        torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
+        torch._foreach_add_(params, steps)
 
-    def _adamw_update(self, p: torch.Tensor, group: dict) -> None:
-        state = self.state[p]
-        if not state:
-            state["step"] = torch.zeros((), dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(p)
-            state["exp_avg_sq"] = torch.zeros_like(p)
+    def _adamw_step(self, group: dict) -> None:
+        """The group's AdamW update by torch's own function (``torch.optim.AdamW``'s, foreach)."""
+        params = [p for p in group["params"] if p.grad is not None]
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+        states = [self.state[p] for p in params]
         beta1, beta2 = group["betas"]
-        state["step"] += 1
-        step = float(state["step"])
-        state["exp_avg"].lerp_(p.grad, 1 - beta1)
-        state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-        denominator = (state["exp_avg_sq"] / (1 - beta2**step)).sqrt_().add_(group["eps"])
-        p.mul_(1 - group["lr"] * group["weight_decay"])
-        p.addcdiv_(state["exp_avg"], denominator, value=-group["lr"] / (1 - beta1**step))
+        adamw(
+            params,
+            [p.grad for p in params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            [s["step"] for s in states],
+            foreach=True,
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+        )
 
 
 def _orthogonal(update: torch.Tensor, index: int) -> torch.Tensor:
