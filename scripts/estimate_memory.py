@@ -380,7 +380,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument(
         "--optimizer",
         default="adamw",
-        choices=CHOICES["optim.name"],
+        # muon is not estimated: its AdamW part reads its step count as a number, which fake
+        # tensors do not hold; its memory is AdamW's less one fp32 moment of the matrices
+        choices=[name for name in CHOICES["optim.name"] if name != "muon"],
         help="optim.name: ademamix keeps a third fp32 moment",
     )
     parser.add_argument("--headroom", type=float, default=HEADROOM)
