@@ -41,7 +41,8 @@ def test_orthogonalize_is_the_iteration_and_flattens_the_spectrum(shape):
     assert torch.diagonal(inner).min() > 0.6 and torch.diagonal(inner).max() < 1.25
 
 
-def test_a_step_is_the_rule_written_out_matrices_muon_the_rest_adamw():
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_a_step_is_the_rule_written_out_matrices_muon_the_rest_adamw(nesterov):
     torch.manual_seed(0)
     matrix = torch.nn.Parameter(torch.randn(6, 4, dtype=torch.float64))
     vector = torch.nn.Parameter(torch.randn(5, dtype=torch.float64))
@@ -50,7 +51,7 @@ def test_a_step_is_the_rule_written_out_matrices_muon_the_rest_adamw():
         {"params": [matrix], "muon": True, "weight_decay": wd},
         {"params": [vector], "weight_decay": 0.0, "lr": 0.01},
     ]
-    optimizer = MuonAdamW(groups, lr=lr, betas=betas, eps=eps, momentum=mu)
+    optimizer = MuonAdamW(groups, lr=lr, betas=betas, eps=eps, momentum=mu, nesterov=nesterov)
     want_m, want_v = matrix.detach().clone(), vector.detach().clone()
     buffer, m, v = torch.zeros_like(want_m), torch.zeros_like(want_v), torch.zeros_like(want_v)
     for t in range(1, 4):
@@ -58,14 +59,27 @@ def test_a_step_is_the_rule_written_out_matrices_muon_the_rest_adamw():
         matrix.grad, vector.grad = g_m.clone(), g_v.clone()
         optimizer.step()
         buffer = mu * buffer + (1 - mu) * g_m
-        nesterov = (1 - mu) * g_m + mu * buffer
-        want_m = want_m * (1 - lr * wd) - lr * (6 / 4) ** 0.5 * newton_schulz64(nesterov)
+        update = (1 - mu) * g_m + mu * buffer if nesterov else buffer
+        want_m = want_m * (1 - lr * wd) - lr * (6 / 4) ** 0.5 * newton_schulz64(update)
         m = betas[0] * m + (1 - betas[0]) * g_v
         v = betas[1] * v + (1 - betas[1]) * g_v**2
         m_hat, v_hat = m / (1 - betas[0] ** t), v / (1 - betas[1] ** t)
         want_v = want_v - 0.01 * m_hat / (v_hat.sqrt() + eps)
     torch.testing.assert_close(matrix.detach(), want_m, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(vector.detach(), want_v, rtol=1e-12, atol=1e-12)
+
+
+def test_a_muon_group_takes_matrices_only():
+    vector = torch.nn.Parameter(torch.ones(3))
+    with pytest.raises(ValueError, match=r"^Muon's groups hold 2-D matrices only$"):
+        MuonAdamW([{"params": [vector], "muon": True}], lr=0.1)
+
+
+def test_built_directly_its_groups_default_to_adamw_and_torchs_muon_settings():
+    group = MuonAdamW([torch.nn.Parameter(torch.ones(2, 2))], lr=0.1).param_groups[0]
+    assert group["muon"] is False and group["betas"] == (0.9, 0.95)
+    assert (group["eps"], group["weight_decay"]) == (1e-8, 0.0)
+    assert (group["momentum"], group["nesterov"]) == (0.95, True)  # torch.optim.Muon's
 
 
 def tiny_model(**kwargs) -> Llama:
