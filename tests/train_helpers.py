@@ -5,8 +5,8 @@
 - ``run``: ``train.py``'s entry point on 1 or more ranks started from the test process, as
   torchrun starts them; where the test is about what a run does, not how it is launched.
 - ``launch`` / ``run_launched``: ``python train.py`` or ``torchrun`` as a user types it, for
-  the tests where the process boundary is what is tested: signals from outside, kill -9,
-  SLURM, README's command, the end-to-end tier.
+  the tests where the process boundary is what is tested: signals and kills from outside
+  (the run-directory property), kill -9 of a rank, SLURM's script, README's command.
 """
 
 from __future__ import annotations
@@ -185,8 +185,8 @@ def launch(
 ) -> subprocess.Popen:
     """``train.py`` as a user starts it, as a subprocess: ``python train.py`` or, with
     ``torchrun`` ranks, ``python -m torch.distributed.run --standalone``; for the tests where
-    the process boundary is what is tested (signals from outside, kill -9, the end-to-end
-    tier). ``as_shipped``: without the tests' setting of the kernels (``XIELU_BACKEND``)."""
+    the process boundary is what is tested (signals from outside, kill -9, SLURM, README).
+    ``as_shipped``: without the tests' setting of the kernels (``XIELU_BACKEND``)."""
     cmd = [sys.executable, "train.py", *overrides]
     if torchrun:  # --standalone: a rendezvous on a free port of this host
         cmd[1:1] = ["-m", "torch.distributed.run", f"--nproc_per_node={torchrun}", "--standalone"]
