@@ -35,7 +35,8 @@ def get_source(name: str) -> DataSource:
 
 def check_sources(config: DataConfig) -> None:
     """Every source the config names is known and has the ``data.paths`` it needs (a mixture's
-    entries too, and none is given paths it would ignore). Raises ValueError naming the key."""
+    entries too, by the same rule, and none is given paths it would ignore). Raises ValueError
+    naming the key."""
     if get_source(config.source).needs_paths and not config.paths:
         raise ValueError(f"data.paths must list files (globs) for data.source={config.source}")
     for i, (entry, (name, part)) in enumerate(
@@ -43,16 +44,13 @@ def check_sources(config: DataConfig) -> None:
     ):
         where = f"data.sources[{i}] ({name})"
         try:
-            read = get_source(entry.source)
+            check_sources(part)  # a part holds no mixture: its own name and paths
         except ValueError as error:
             raise ValueError(f"{where}: {error}") from None
+        read = SOURCES[entry.source]
         if entry.paths is not None and not (read.needs_paths or read.reads_paths):
             raise ValueError(
                 f"{where}: paths: source {entry.source} reads no data.paths (it was ignored)"
-            )
-        if read.needs_paths and not part.paths:
-            raise ValueError(
-                f"{where}: data.paths must list files (globs) for data.source={entry.source}"
             )
 
 
