@@ -16,6 +16,7 @@ from pathlib import Path
 from data import load_tokenizer
 from model import count_parameters
 from training.checkpoint import run_config
+from training.config import OptimConfig, config_value
 from training.schedule import stable_phase_end
 
 
@@ -42,7 +43,8 @@ class Run:
     activation: str
     init: str  # model.init_scaling, or "mup" under model.parametrization=mup
     width: int
-    lr: float
+    optimizer: str  # optim.name
+    rate: float  # the one its optimizer's rate sweeps vary: OptimConfig.tuned_rate
     seed: int
     params: int  # without the embedding and LM head: the count scaling laws use
     tokens_per_step: int
@@ -73,7 +75,8 @@ def read_run(path: str | Path) -> Run:
         activation=model.activation,
         init="mup" if model.parametrization == "mup" else model.init_scaling,
         width=model.dim,
-        lr=config.optim.lr,
+        optimizer=config.optim.name,
+        rate=config_value(config, config.optim.tuned_rate),
         seed=config.trainer.seed,
         params=count.total - count.embedding - count.lm_head,
         tokens_per_step=config.sequences_per_step * config.data.seq_len,
@@ -94,13 +97,27 @@ def read_run(path: str | Path) -> Run:
     )
 
 
-def best_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[str, float]:
-    """activation -> the rate with the lowest final validation loss among ``runs`` under µP
-    at width ``base`` on the selection seed (a diverged run loses to every finished one)."""
-    candidates: dict[str, list[tuple[float, float]]] = {}
+def best_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[tuple[str, str], float]:
+    """(activation, optimizer) -> the rate (``Run.rate``) with the lowest final validation loss
+    among ``runs`` under µP at width ``base`` on the selection seed (a diverged run loses to
+    every finished one)."""
+    candidates: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for r in runs:
         ended = r.final is not None or r.diverged
         if r.init == "mup" and r.width == base and r.seed == selection_seed and ended:
             loss = r.final if r.final is not None and not r.diverged else float("inf")
-            candidates.setdefault(r.activation, []).append((loss, r.lr))
-    return {activation: min(points)[1] for activation, points in candidates.items()}
+            candidates.setdefault((r.activation, r.optimizer), []).append((loss, r.rate))
+    return {arm: min(points)[1] for arm, points in candidates.items()}
+
+
+def rate_setting(runs: list[Run]) -> str:
+    """The setting the runs' rates are values of (``optim.lr``, or ``optim.muon_lr`` under
+    Muon). A report compares activations under one optimizer: runs of several are refused,
+    naming them, since their rates are not values of one setting."""
+    optimizers = sorted({r.optimizer for r in runs})
+    if len(optimizers) > 1:
+        raise SystemExit(
+            f"these runs use {len(optimizers)} optimizers ({', '.join(optimizers)}): a report "
+            "compares activations under one; pass each optimizer's runs on their own"
+        )
+    return OptimConfig(name=optimizers[0]).tuned_rate

@@ -7,8 +7,11 @@ seeds). The ladder's sweep file names the first:
 
     tuned_by: ladder_h100_tune   # optim.lr per activation: that sweep's best at the base width
 
-and ``scripts.sweep`` fills in ``optim.lr`` per activation from that sweep's finished runs before
-it launches anything (:func:`with_tuned_rates`). A tuning run still missing stops the ladder with
+and ``scripts.sweep`` fills in the rate per activation and optimizer from that sweep's finished
+runs before it launches anything (:func:`with_tuned_rates`). The rate is the setting the
+optimizer's rate sweeps vary (``OptimConfig.tuned_rate``): ``optim.lr``, or ``optim.muon_lr``
+under Muon, whose AdamW part keeps the rate its grid sets, in the tuning sweep and the ladder
+alike. A tuning run still missing stops the ladder with
 the list of what is missing and the command that runs it: a rate picked from half a grid would
 be a silent guess. A diverged tuning run counts as the worst rate, not as missing.
 """
@@ -22,9 +25,9 @@ from eval.runs import Run, best_rates, read_run
 from training.sweeps import ROOT, expand, load_sweep, resolve
 
 
-def tuned_rates(sweep: dict, extra: list[str] = ()) -> dict[str, float]:
-    """activation -> rate for a ladder sweep with ``tuned_by``; SystemExit naming the tuning
-    runs that have not finished."""
+def tuned_rates(sweep: dict, extra: list[str] = ()) -> dict[tuple[str, str], float]:
+    """(activation, optimizer) -> rate for a ladder sweep with ``tuned_by``; SystemExit naming
+    the tuning runs that have not finished."""
     tune_name = sweep["tuned_by"]
     ladder = [resolve(job) for job in expand(sweep, extra)]
     bases = {c.model.mup_base_dim for c in ladder}
@@ -34,12 +37,12 @@ def tuned_rates(sweep: dict, extra: list[str] = ()) -> dict[str, float]:
             "model.parametrization=mup with one model.mup_base_dim"
         )
     (base,) = bases
-    wanted = {c.model.activation for c in ladder}
+    wanted = {_arm(c) for c in ladder}
     runs, missing = [], []
     for job in expand(load_sweep(tune_name), extra):
         config = resolve(job)
         at_base = config.model.parametrization == "mup" and config.model.dim == base
-        if config.model.activation not in wanted or not at_base:
+        if _arm(config) not in wanted or not at_base:
             continue
         run = _finished(ROOT / config.trainer.run_dir)
         if run is None:
@@ -56,8 +59,13 @@ def tuned_rates(sweep: dict, extra: list[str] = ()) -> dict[str, float]:
     rates = best_rates(runs, base)
     absent = sorted(wanted - set(rates))
     if absent:
-        raise SystemExit(f"the sweep {tune_name!r} tunes no rate for {', '.join(absent)}")
+        named = ", ".join(f"activation={a} under optim.name={o}" for a, o in absent)
+        raise SystemExit(f"the sweep {tune_name!r} tunes no rate for {named}")
     return rates
+
+
+def _arm(config) -> tuple[str, str]:
+    return (config.model.activation, config.optim.name)
 
 
 def _finished(run_dir: Path) -> Run | None:
@@ -67,26 +75,32 @@ def _finished(run_dir: Path) -> Run | None:
     return run if run.final is not None or run.diverged else None
 
 
-def with_tuned_rates(sweep: dict, rates: dict[str, float]) -> dict:
-    """The sweep with each grid split by activation and ``optim.lr`` set to its rate; a grid
-    that fixes its activation in ``overrides`` gets that activation's rate."""
+def with_tuned_rates(
+    sweep: dict, rates: dict[tuple[str, str], float], extra: list[str] = ()
+) -> dict:
+    """The sweep with each grid split by activation and the rate of its optimizer
+    (``OptimConfig.tuned_rate``) set to the one tuned for the pair; a grid that fixes its
+    activation in ``overrides`` gets that activation's rate. ``extra``: the settings appended
+    to every job (``data.paths``), without which a grid's config may not compose."""
     out = copy.deepcopy(sweep)
     out["grids"] = []
     for grid in sweep["grids"]:
         fixed = dict(o.split("=", 1) for o in grid["overrides"])
         activations = grid["sweep"].get("activation", [fixed.get("activation")])
         for activation in activations:
-            if activation not in rates:
-                raise SystemExit(f"no tuned rate for activation={activation}")
             split = copy.deepcopy(grid)
             split["sweep"] = {k: v for k, v in grid["sweep"].items() if k != "activation"}
-            overrides = [
-                o for o in grid["overrides"] if not o.startswith(("activation=", "optim.lr="))
-            ]
+            overrides = [o for o in grid["overrides"] if not o.startswith("activation=")]
+            optim = resolve([*overrides, f"activation={activation}", *extra]).optim
+            if (activation, optim.name) not in rates:
+                raise SystemExit(
+                    f"no tuned rate for activation={activation} under optim.name={optim.name}"
+                )
+            setting = optim.tuned_rate
             split["overrides"] = [
-                *overrides,
+                *(o for o in overrides if not o.startswith(f"{setting}=")),
                 f"activation={activation}",
-                f"optim.lr={rates[activation]:g}",
+                f"{setting}={rates[(activation, optim.name)]:g}",
             ]
             out["grids"].append(split)
     return out

@@ -15,9 +15,10 @@ every job as its own ``python train.py ...`` process, one after another under a 
 the runs. Either way each grid point trains in a directory of its own, named by the keys the sweep
 varies (``training/sweeps.py``), so the two launchers' runs land in the same places.
 
-A sweep file with ``tuned_by: OTHER`` (a µP width ladder) takes ``optim.lr`` per activation from
-the finished runs of the sweep OTHER at the base width (``eval/tuning.py``), and stops
-before launching anything while those are missing. The basic launcher skips a job whose run
+A sweep file with ``tuned_by: OTHER`` (a µP width ladder) takes its rate per activation and
+optimizer (``optim.lr``, ``optim.muon_lr`` under Muon) from the finished runs of the sweep OTHER
+at the base width (``eval/tuning.py``), and stops before launching anything while those are
+missing. The basic launcher skips a job whose run
 already holds its final checkpoint, and ``--stop-after MINUTES`` ends the sweep in a time slice:
 the running jobs checkpoint and stop (SIGTERM, the trainer's preemption path), and the same
 command run again resumes them where they stopped.
@@ -143,12 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     sweep = load_sweep(args.sweep)
     if "tuned_by" in sweep and args.dry_run:
         print(
-            f"optim.lr per activation: the best of the sweep {sweep['tuned_by']!r} at the base "
-            "width, read from its finished runs when this sweep is launched"
+            "the rate per activation and optimizer: the best of the sweep "
+            f"{sweep['tuned_by']!r} at the base width, read from its finished runs when this "
+            "sweep is launched"
         )
     elif "tuned_by" in sweep:
         try:
-            sweep = with_tuned_rates(sweep, tuned_rates(sweep, args.overrides))
+            rates = tuned_rates(sweep, args.overrides)
+            sweep = with_tuned_rates(sweep, rates, args.overrides)
         except ValueError as error:  # a job that does not compose: one line, naming the key
             raise SystemExit(
                 f"sweep {args.sweep}: {error} (settings for every job go after the sweep's "

@@ -11,6 +11,7 @@ from data_fixtures import write_parquet_corpus
 from eval.paper import ABLATION_TABLE, MAIN_COMPARISON
 from scripts.results_table import main as results_table
 from train_helpers import ROOT, SWEEP_DATA, SWEEP_POINTS, compose, metrics, tiny_overrides
+from training.config import config_value
 from training.runtime.distributed import adopt_slurm_tasks
 from training.sweeps import commands, expand, load_sweep, resolve
 
@@ -221,7 +222,7 @@ def test_the_gpu_ladders_train_about_20_tokens_per_parameter_each_in_its_own_dir
     from model import count_parameters, training_flops_per_token
     from scripts.estimate_sweep import job_cost
 
-    for name, widths in (("ladder_h100", 3), ("ladder_gh200", 3)):
+    for name, widths in (("ladder_h100", 3), ("ladder_gh200", 3), ("optimizers_gh200", 1)):
         jobs = expand(load_sweep(name), SWEEP_DATA)
         configs = [resolve(job) for job in jobs]
         assert len({c.trainer.run_dir for c in configs}) == len(jobs)
@@ -239,7 +240,9 @@ def test_the_gpu_ladders_train_about_20_tokens_per_parameter_each_in_its_own_dir
 
 @pytest.mark.slow  # composes about 250 jobs
 @pytest.mark.xdist_group(SWEEP_POINTS)
-@pytest.mark.parametrize("ladder", ["ladder_h100", "ladder_gh200", "ladder_short", "width_ladder"])
+@pytest.mark.parametrize(
+    "ladder", ["ladder_h100", "ladder_gh200", "ladder_short", "width_ladder", "optimizers_gh200"]
+)
 def test_every_ladder_is_mup_tuned_at_its_base_width_with_the_same_depth_batch_and_head_dim(
     ladder,
 ):
@@ -252,10 +255,23 @@ def test_every_ladder_is_mup_tuned_at_its_base_width_with_the_same_depth_batch_a
     (base,) = {c.model.mup_base_dim for c in rungs}
     assert {c.model.parametrization for c in rungs} == {"mup"}
     at_base = [c for c in tuning if c.model.parametrization == "mup" and c.model.dim == base]
-    activations = {c.model.activation for c in rungs}
-    assert {c.model.activation for c in at_base} == activations
-    for activation in activations:  # a grid of rates, not one guess
-        assert len({c.optim.lr for c in at_base if c.model.activation == activation}) >= 4
+    arms = {(c.model.activation, c.optim.name) for c in rungs}
+    assert {(c.model.activation, c.optim.name) for c in at_base} == arms
+    for activation, optimizer in arms:  # a grid of its optimizer's rate, not one guess
+        tried = {
+            config_value(c, c.optim.tuned_rate)
+            for c in at_base
+            if (c.model.activation, c.optim.name) == (activation, optimizer)
+        }
+        assert len(tried) >= 4, (activation, optimizer)
+
+    def untuned(c):  # the optimizer's settings but the rate the ladder takes from the tuning
+        rate = c.optim.tuned_rate.split(".")[1]
+        return tuple(sorted((k, str(v)) for k, v in vars(c.optim).items() if k != rate))
+
+    for arm in arms:  # the same optimizer in both stages, the tuned rate apart
+        same = [c for c in [*rungs, *at_base] if (c.model.activation, c.optim.name) == arm]
+        assert len({untuned(c) for c in same}) == 1, arm
     for key in (
         lambda c: c.model.n_layers,
         lambda c: c.model.head_dim,

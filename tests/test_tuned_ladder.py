@@ -2,6 +2,7 @@
 launcher runs a sweep in time slices (``eval/tuning.py``, ``scripts/sweep.py``)."""
 
 import json
+import math
 import signal
 import textwrap
 
@@ -16,6 +17,7 @@ from training.sweeps import expand, load_sweep, resolve
 
 # the rate each activation's fake tuning runs make best (one per activation, all different)
 BEST = {"relu2": 3e-3, "swiglu": 6e-3, "xielu": 1.2e-2, "xiprelu": 1.5e-3}
+ACTIVATIONS = tuple(BEST)
 
 
 def _write_run(run_dir, config, final=None, diverged=False):
@@ -34,7 +36,11 @@ def _write_run(run_dir, config, final=None, diverged=False):
                     "mup_base_dim": config.model.mup_base_dim,
                 },
                 "data": {"tokenizer": {"name": "bytes"}},
-                "optim": {"lr": config.optim.lr},
+                "optim": {
+                    "name": config.optim.name,
+                    "lr": config.optim.lr,
+                    "muon_lr": config.optim.muon_lr,
+                },
                 "trainer": {"steps": config.trainer.steps, "seed": config.trainer.seed},
             }
         )
@@ -66,8 +72,8 @@ def test_the_ladder_trains_each_activation_at_its_base_width_rate(tmp_path, monk
     _tune(tmp_path, monkeypatch)
     ladder = load_sweep("width_ladder")
     rates = tuned_rates.tuned_rates(ladder, SWEEP_DATA)
-    assert rates == BEST
-    jobs = expand(tuned_rates.with_tuned_rates(ladder, rates), SWEEP_DATA)
+    assert rates == {(a, "adamw"): lr for a, lr in BEST.items()}
+    jobs = expand(tuned_rates.with_tuned_rates(ladder, rates, SWEEP_DATA), SWEEP_DATA)
     configs = [resolve(job) for job in jobs]
     assert len(configs) == 4 * 4 * 3  # activations x widths x seeds, as the file says
     for config in configs:
@@ -95,6 +101,41 @@ def test_a_missing_tuning_run_stops_the_ladder_and_says_what_to_run(tmp_path, mo
 def test_a_diverged_tuning_run_is_the_worst_rate_not_a_missing_one(tmp_path, monkeypatch):
     _tune(tmp_path, monkeypatch)  # every 2.4e-2 run diverged
     assert 2.4e-2 not in tuned_rates.tuned_rates(load_sweep("width_ladder"), SWEEP_DATA).values()
+
+
+# optimizers_gh200_tune's best rate per (activation, optimizer), all from its grids
+BEST_UNDER = {
+    **{(a, "adamw"): lr for a, lr in zip(ACTIVATIONS, (1e-3, 2e-3, 2e-3, 4e-3), strict=True)},
+    **{(a, "ademamix"): lr for a, lr in zip(ACTIVATIONS, (5e-4, 2.5e-4, 1e-3, 5e-4), strict=True)},
+    **{(a, "muon"): lr for a, lr in zip(ACTIVATIONS, (0.04, 0.02, 0.08, 0.01), strict=True)},
+}
+
+
+@pytest.mark.slow  # composes the 84 jobs of two sweeps
+@pytest.mark.xdist_group(SWEEP_POINTS)
+def test_each_optimizer_takes_its_own_rate_from_its_own_tuning_runs(tmp_path, monkeypatch):
+    """Under Muon the ladder carries ``optim.muon_lr`` and keeps the AdamW part's ``optim.lr``
+    as its grid sets it; under AdamW and AdEMAMix it carries ``optim.lr``."""
+    monkeypatch.setattr(tuned_rates, "ROOT", tmp_path)
+    for job in expand(load_sweep("optimizers_gh200_tune"), SWEEP_DATA):
+        config = resolve(job)
+        arm = (config.model.activation, config.optim.name)
+        rate = config.optim.muon_lr if arm[1] == "muon" else config.optim.lr
+        loss = 2.0 + abs(math.log2(rate / BEST_UNDER[arm]))
+        _write_run(tmp_path / config.trainer.run_dir, config, loss)
+    ladder = load_sweep("optimizers_gh200")
+    rates = tuned_rates.tuned_rates(ladder, SWEEP_DATA)
+    assert rates == BEST_UNDER
+    jobs = expand(tuned_rates.with_tuned_rates(ladder, rates, SWEEP_DATA), SWEEP_DATA)
+    configs = [resolve(job) for job in jobs]
+    assert len(configs) == 4 * 3 * 3  # activations x optimizers x seeds
+    for c in configs:
+        best = BEST_UNDER[(c.model.activation, c.optim.name)]
+        if c.optim.name == "muon":
+            assert (c.optim.muon_lr, c.optim.lr) == (best, 1e-3)
+        else:
+            assert c.optim.lr == best
+    assert len({c.trainer.run_dir for c in configs}) == len(jobs)
 
 
 def test_a_finished_job_is_one_whose_last_checkpoint_exists(tmp_path, monkeypatch):

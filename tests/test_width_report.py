@@ -14,9 +14,11 @@ from scripts.study import width_report
 T975_2 = 4.302652729911275  # Student's t 0.975 quantile, 2 degrees of freedom (tables)
 
 
-def _run(root, activation, parametrization, dim, lr, seed, final, diverged=False):
-    """A run directory as the trainer leaves it: config.yaml and metrics.jsonl."""
+def _run(root, activation, parametrization, dim, lr, seed, final, diverged=False, optim=None):
+    """A run directory as the trainer leaves it: config.yaml and metrics.jsonl; ``optim``:
+    settings beside ``optim.lr`` (Muon's)."""
     run = root / f"width-{activation}_{parametrization}_dim-{dim}_lr-{lr}_seed-{seed}"
+    run = run.with_name(run.name + "".join(f"_{k}-{v}" for k, v in (optim or {}).items()))
     run.mkdir()
     config = {
         "name": "width",
@@ -29,7 +31,7 @@ def _run(root, activation, parametrization, dim, lr, seed, final, diverged=False
             "mup_base_dim": 64,
         },
         "data": {"tokenizer": {"name": "bytes"}, "seq_len": 16},
-        "optim": {"lr": lr},
+        "optim": {"lr": lr, **(optim or {})},
         "schedule": {"decay_steps": 2, "warmup_steps": 1},
         "trainer": {"steps": 10, "global_batch": 4, "micro_batch": 4, "seed": seed},
     }
@@ -132,3 +134,18 @@ def test_a_fixed_rate_stage_is_reported_at_the_rates_given(tmp_path):
     rows = {r["activation"]: r for r in csv.DictReader((out / "ladder.csv").open())}
     assert float(rows["xielu"]["diff"]) == pytest.approx(0.05) and rows["xielu"]["seeds"] == "3"
     assert not (out / "learning_rates.png").exists()
+
+
+@pytest.mark.slow
+def test_muon_runs_are_reported_by_their_muon_rate_and_never_mixed_with_adamw(tmp_path, capsys):
+    muon = [
+        _run(tmp_path, "xielu", "mup", 64, 3e-3, 0, loss, optim={"name": "muon", "muon_lr": rate})
+        for rate, loss in ((0.02, 2.1), (0.04, 2.0), (0.08, 2.2))
+    ]
+    (row,) = width_report.rate_rows([width_report.read_run(r) for r in muon], 0, base=64)
+    assert row["best_lr"] == 0.04 and sorted(row["losses"]) == [0.02, 0.04, 0.08]
+    assert width_report.main(list(map(str, muon))) == 0
+    assert "## Rates (seed 0, optim.muon_lr)" in capsys.readouterr().out
+    adamw = _run(tmp_path, "xielu", "mup", 64, 3e-3, 0, 2.0)
+    with pytest.raises(SystemExit, match=r"2 optimizers \(adamw, muon\)"):
+        width_report.main([*map(str, muon), str(adamw)])

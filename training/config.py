@@ -91,6 +91,13 @@ class OptimConfig:
     muon_lr: float = 0.02
     muon_momentum: float = 0.95
 
+    @property
+    def tuned_rate(self) -> str:
+        """The setting a rate sweep of this optimizer varies and a µP ladder carries from its
+        tuning sweep (``eval/tuning.py``): ``optim.muon_lr`` under Muon (the rate of the
+        attention and MLP matrices, nearly every parameter), ``optim.lr`` otherwise."""
+        return "optim.muon_lr" if self.name == "muon" else "optim.lr"
+
 
 @dataclass
 class ScheduleConfig:

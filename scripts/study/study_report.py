@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from eval.comparison import paired_difference, power_law_fit, spread
-from eval.runs import Run, read_run
+from eval.runs import Run, rate_setting, read_run
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
 from training.instruments.diagnostics import STATISTICS
@@ -33,9 +33,9 @@ def best_rates(runs: list[Run], selection_seed: int) -> dict[tuple, float]:
     for arm in {r.arm for r in runs}:
         candidates = [r for r in runs if r.arm == arm and r.seed == selection_seed and r.final]
         if candidates:
-            best[arm] = min(candidates, key=lambda r: r.final).lr
-        elif len({r.lr for r in runs if r.arm == arm}) == 1:
-            best[arm] = next(r.lr for r in runs if r.arm == arm)
+            best[arm] = min(candidates, key=lambda r: r.final).rate
+        elif len({r.rate for r in runs if r.arm == arm}) == 1:
+            best[arm] = next(r.rate for r in runs if r.arm == arm)
     return best
 
 
@@ -43,7 +43,7 @@ def reported(runs: list[Run], best: dict, selection_seed: int) -> dict[tuple, li
     """Per arm, its finished runs at the chosen rate on every seed but the selection seed."""
     out = defaultdict(list)
     for r in runs:
-        if r.arm in best and r.lr == best[r.arm] and r.seed != selection_seed and r.final:
+        if r.arm in best and r.rate == best[r.arm] and r.seed != selection_seed and r.final:
             out[r.arm].append(r)
     return out
 
@@ -55,7 +55,7 @@ def comparison_rows(runs: list[Run], baseline: str, selection_seed: int = 0) -> 
     for arm in sorted(best, key=lambda a: (a[1], a[2], a[0])):
         activation, init, width = arm
         seeds = chosen.get(arm, [])
-        tried = sorted({r.lr for r in runs if r.arm == arm})
+        tried = sorted({r.rate for r in runs if r.arm == arm})
         row = {
             "activation": activation,
             "init_scaling": init,
@@ -209,7 +209,7 @@ def plot_curves(runs: list[Run], best: dict, selection_seed: int, baseline: str,
     return save(fig, out)
 
 
-def plot_rates(runs: list[Run], selection_seed: int, out: Path):
+def plot_rates(runs: list[Run], selection_seed: int, out: Path, setting: str = "optim.lr"):
     """Final validation loss against the learning rate, on the selection seed."""
     inits = sorted({r.init for r in runs})
     plt = pyplot()
@@ -219,7 +219,7 @@ def plot_rates(runs: list[Run], selection_seed: int, out: Path):
         ax = axes[0][col]
         for activation in sorted({r.activation for r in runs}):
             points = sorted(
-                (r.lr, r.final)
+                (r.rate, r.final)
                 for r in runs
                 if r.init == init
                 and r.activation == activation
@@ -230,7 +230,7 @@ def plot_rates(runs: list[Run], selection_seed: int, out: Path):
                 rates, losses = zip(*points, strict=True)
                 ax.plot(rates, losses, "o-", color=colors[activation], label=activation)
         ax.set_xscale("log")
-        ax.set_xlabel("optim.lr")
+        ax.set_xlabel(setting)
         ax.set_ylabel(f"final validation loss (seed {selection_seed})")
         ax.set_title(f"model.init_scaling={init}")
         ax.legend()
@@ -324,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = [read_run(p) for p in args.runs if (Path(p) / "metrics.jsonl").is_file()]
     if not runs:
         raise SystemExit("no run directory with metrics.jsonl among the arguments")
+    setting = rate_setting(runs)
+    if args.seeds_sweep and setting != "optim.lr":
+        parser.error(f"--seeds-sweep writes optim.lr per arm; these runs' rates are {setting}")
     rows = comparison_rows(runs, args.baseline, args.selection_seed)
     lines = table(rows, args.baseline)
     print("\n".join(lines))
@@ -335,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "study.md").write_text("\n".join(lines) + "\n")
         write_csv(rows, args.out / "study.csv")
         best = best_rates(runs, args.selection_seed)
-        plot_rates(runs, args.selection_seed, args.out / "learning_rates.png")
+        plot_rates(runs, args.selection_seed, args.out / "learning_rates.png", setting)
         if any(reported(runs, best, args.selection_seed).values()):
             plot_curves(runs, best, args.selection_seed, args.baseline, args.out / "curves.png")
             plot_diagnostics(runs, best, args.selection_seed, args.out / "diagnostics.png")

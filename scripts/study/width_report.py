@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from eval.comparison import Trend, paired_difference, power_law_fit, spread, trend
-from eval.runs import Run, best_rates, read_run
+from eval.runs import Run, best_rates, rate_setting, read_run
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
 
@@ -38,7 +38,7 @@ def _rates(runs: list[Run], selection_seed: int) -> dict[tuple[str, str, int], d
         if r.seed != selection_seed or (r.final is None and not r.diverged):
             continue  # still running
         ok = not r.diverged and r.final is not None and math.isfinite(r.final)
-        out[(_parametrization(r), r.activation, r.width)][r.lr] = r.final if ok else math.inf
+        out[(_parametrization(r), r.activation, r.width)][r.rate] = r.final if ok else math.inf
     return out
 
 
@@ -72,7 +72,7 @@ def rate_rows(runs: list[Run], selection_seed: int, base: int) -> list[dict]:
 def rate_table(rows: list[dict]) -> list[str]:
     rates = sorted({lr for r in rows for lr in r["losses"]})
     header = ["parametrization", "activation", "width", *(f"{lr:g}" for lr in rates)]
-    header += ["best lr", "best / base's"]
+    header += ["best rate", "best / base's"]
     body = []
     for r in rows:
         cells = []
@@ -102,7 +102,7 @@ def ladder_rows(
     the selection seed: the final loss over seeds and the gap to ``baseline``, paired by seed."""
     chosen = defaultdict(dict)
     for r in runs:
-        at_rate = rates.get(r.activation) == r.lr
+        at_rate = rates.get(r.activation) == r.rate
         if r.init == "mup" and r.seed != selection_seed and r.final is not None and at_rate:
             chosen[(r.activation, r.width)][r.seed] = r
     rows = []
@@ -208,7 +208,7 @@ def fit_table(power_laws: dict[str, tuple[float, float]]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------- figures
-def plot_rates(rows: list[dict], out: Path) -> Path:
+def plot_rates(rows: list[dict], out: Path, setting: str = "optim.lr") -> Path:
     """Final loss against the rate: a panel per activation and parametrization, a line per
     width; the best rate of each line marked."""
     plt = pyplot()
@@ -247,7 +247,7 @@ def plot_rates(rows: list[dict], out: Path) -> Path:
             ax.set_xticks(rates, [f"{lr:g}" for lr in rates], fontsize=7)
             ax.minorticks_off()
             ax.set_title(f"{activation}, {init}")
-            ax.set_xlabel("optim.lr")
+            ax.set_xlabel(setting)
             ax.set_ylabel("final validation loss (seed 0)")
             ax.legend(fontsize=7)
     fig.tight_layout()
@@ -338,14 +338,15 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         raise SystemExit("no run directory with metrics.jsonl among the arguments")
     rows = rate_rows(runs, args.selection_seed, args.base)
-    rates = best_rates(runs, args.base, args.selection_seed)
+    setting = rate_setting(runs)
+    rates = {a: rate for (a, _), rate in best_rates(runs, args.base, args.selection_seed).items()}
     if args.rates:
         rates = {name: float(lr) for name, lr in (item.split("=") for item in args.rates)}
     if args.baseline_lr is not None:
         rates[args.baseline] = args.baseline_lr
     ladder = ladder_rows(runs, rates, args.selection_seed, args.baseline)
     power_laws = fits(ladder)
-    lines = ["## Rates (seed 0)", *rate_table(rows)]
+    lines = [f"## Rates (seed 0, {setting})", *rate_table(rows)]
     if ladder:
         lines += ["", "## Ladder (µP)", *ladder_table(ladder, args.baseline)]
         lines += ["", "## Power laws", *fit_table(power_laws)]
@@ -362,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out / "rates.csv",
         )
         if rows:  # a fixed-rate stage has no rate sweep to draw
-            plot_rates(rows, args.out / "learning_rates.png")
+            plot_rates(rows, args.out / "learning_rates.png", setting)
         if ladder:
             flat = [
                 {**r, "diffs": " ".join(f"{d:.4f}" for d in r.get("diffs", []))} for r in ladder
