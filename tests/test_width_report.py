@@ -14,7 +14,7 @@ from scripts.study import width_report
 T975_2 = 4.302652729911275  # Student's t 0.975 quantile, 2 degrees of freedom (tables)
 
 
-def _run(root, activation, parametrization, dim, lr, seed, final, diverged=False, optim=None):
+def fake_run(root, activation, parametrization, dim, lr, seed, final, diverged=False, optim=None):
     """A run directory as the trainer leaves it: config.yaml and metrics.jsonl; ``optim``:
     settings beside ``optim.lr`` (Muon's)."""
     run = root / f"width-{activation}_{parametrization}_dim-{dim}_lr-{lr}_seed-{seed}"
@@ -53,9 +53,11 @@ def test_rates_best_per_width_and_their_shift_from_the_base(tmp_path):
     best = {("standard", 64): 4e-3, ("standard", 128): 2e-3, ("mup", 64): 4e-3, ("mup", 128): 4e-3}
     for (param, dim), winner in best.items():
         for lr in (2e-3, 4e-3, 8e-3):
-            runs.append(_run(tmp_path, "xielu", param, dim, lr, 0, 2.0 if lr == winner else 2.1))
-    runs.append(_run(tmp_path, "xielu", "mup", 128, 1.6e-2, 0, None, diverged=True))
-    runs.append(_run(tmp_path, "xielu", "mup", 128, 3.2e-2, 0, None))  # still running
+            runs.append(
+                fake_run(tmp_path, "xielu", param, dim, lr, 0, 2.0 if lr == winner else 2.1)
+            )
+    runs.append(fake_run(tmp_path, "xielu", "mup", 128, 1.6e-2, 0, None, diverged=True))
+    runs.append(fake_run(tmp_path, "xielu", "mup", 128, 3.2e-2, 0, None))  # still running
     rows = width_report.rate_rows([width_report.read_run(r) for r in runs], 0, base=64)
     got = {(r["parametrization"], r["width"]): r for r in rows}
     assert got[("standard", 128)]["best_lr"] == 2e-3
@@ -77,9 +79,11 @@ def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path
         scale = (dim / 32) ** -0.1  # losses an exact power law of width
         for seed in (0, 1, 2, 3):
             loss = relu2.get(seed, 9.0) * scale  # seed 0 is the selection seed: left out
-            runs.append(_run(tmp_path, "relu2", "mup", dim, 4e-3, seed, loss))
-            runs.append(_run(tmp_path, "xielu", "mup", dim, 8e-3, seed, loss + gap.get(seed, 0)))
-        runs.append(_run(tmp_path, "xielu", "mup", dim, 4e-3, 1, 0.5))  # not its rate
+            runs.append(fake_run(tmp_path, "relu2", "mup", dim, 4e-3, seed, loss))
+            runs.append(
+                fake_run(tmp_path, "xielu", "mup", dim, 8e-3, seed, loss + gap.get(seed, 0))
+            )
+        runs.append(fake_run(tmp_path, "xielu", "mup", dim, 4e-3, 1, 0.5))  # not its rate
     out = tmp_path / "report"
     assert width_report.main([*map(str, runs), "--out", str(out)]) == 0
     rows = {
@@ -122,7 +126,7 @@ def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path
 def test_a_fixed_rate_stage_is_reported_at_the_rates_given(tmp_path):
     """No seed-0 sweep (the Apertus ingredients): the ladder at the rates named, paired by seed."""
     runs = [
-        _run(
+        fake_run(
             tmp_path, activation, "mup", 64, lr, seed, base + (0.05 if activation == "xielu" else 0)
         )
         for activation, lr in (("relu2", 3e-3), ("xielu", 6e-3))
@@ -139,13 +143,15 @@ def test_a_fixed_rate_stage_is_reported_at_the_rates_given(tmp_path):
 @pytest.mark.slow
 def test_muon_runs_are_reported_by_their_muon_rate_and_never_mixed_with_adamw(tmp_path, capsys):
     muon = [
-        _run(tmp_path, "xielu", "mup", 64, 3e-3, 0, loss, optim={"name": "muon", "muon_lr": rate})
+        fake_run(
+            tmp_path, "xielu", "mup", 64, 3e-3, 0, loss, optim={"name": "muon", "muon_lr": rate}
+        )
         for rate, loss in ((0.02, 2.1), (0.04, 2.0), (0.08, 2.2))
     ]
     (row,) = width_report.rate_rows([width_report.read_run(r) for r in muon], 0, base=64)
     assert row["best_lr"] == 0.04 and sorted(row["losses"]) == [0.02, 0.04, 0.08]
     assert width_report.main(list(map(str, muon))) == 0
     assert "## Rates (seed 0, optim.muon_lr)" in capsys.readouterr().out
-    adamw = _run(tmp_path, "xielu", "mup", 64, 3e-3, 0, 2.0)
+    adamw = fake_run(tmp_path, "xielu", "mup", 64, 3e-3, 0, 2.0)
     with pytest.raises(SystemExit, match=r"2 optimizers \(adamw, muon\)"):
         width_report.main([*map(str, muon), str(adamw)])

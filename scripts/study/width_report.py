@@ -146,7 +146,7 @@ def fits(rows: list[dict]) -> dict[str, tuple[float, float]]:
 
 
 def ladder_table(rows: list[dict], baseline: str) -> list[str]:
-    header = ["activation", "width", "params", "lr", "seeds", "final loss"]
+    header = ["activation", "width", "params", "rate", "seeds", "final loss"]
     header += [f"final - {baseline} [95% CI]", "verdict"]
     body = []
     for r in sorted(rows, key=lambda r: (r["width"], r["activation"])):

@@ -1,0 +1,166 @@
+"""Does an activation's gap to the baseline keep its sign across optimizers? (issue 58)
+
+    python -m scripts.study.optimizer_report runs/opt_adamw-* runs/opt_ademamix-* runs/opt_muon-*
+
+The runs of each optimizer (``optim.name``) are read as ``scripts.study.width_report`` reads a
+µP ladder: each activation at the rate it did best with on the selection seed at the base width
+(``optim.lr``, or ``optim.muon_lr`` under Muon: ``OptimConfig.tuned_rate``), the other seeds at
+that rate, the gap to the baseline paired by seed with Student's 95% interval. The tables put the
+optimizers side by side (the rates, the gap at each width, its trend with width), and the last
+says for each activation whether the sign of its mean gap is the same under every optimizer at
+every width, and where the interval excludes 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from pathlib import Path
+
+from eval.runs import Run, best_rates, rate_setting, read_run
+from scripts.common import markdown
+from scripts.study.width_report import gap_trends, ladder_rows
+
+NAMES = {"adamw": "AdamW", "ademamix": "AdEMAMix", "muon": "Muon"}
+
+
+def by_optimizer(runs: list[Run], base: int, selection_seed: int, baseline: str) -> dict[str, dict]:
+    """optimizer -> its rates (activation -> rate), the setting they are values of, and its
+    ladder rows (``width_report.ladder_rows``)."""
+    groups = defaultdict(list)
+    for r in runs:
+        groups[r.optimizer].append(r)
+    out = {}
+    for optimizer, group in sorted(groups.items()):
+        best = best_rates(group, base, selection_seed)
+        rates = {activation: rate for (activation, _), rate in best.items()}
+        out[optimizer] = {
+            "setting": rate_setting(group),
+            "rates": rates,
+            "rows": ladder_rows(group, rates, selection_seed, baseline),
+        }
+    return out
+
+
+def _loss(row: dict | None) -> str:
+    if row is None:
+        return "-"
+    if row["seeds"] < 2:
+        return f"{row['final_mean']:.4f} (1)"
+    return f"{row['final_mean']:.4f} ± {row['final_std']:.4f} ({row['seeds']})"
+
+
+def _gap(row: dict | None) -> str:
+    if row is None or "diff" not in row:
+        return "-"
+    star = "**" if row["verdict"] != "within noise" else ""
+    return f"{star}{row['diff']:+.4f}{star} [{row['diff_low']:+.4f}, {row['diff_high']:+.4f}]"
+
+
+def verdicts(report: dict[str, dict], baseline: str) -> dict[str, str]:
+    """activation -> whether its gap to the baseline has one sign under every optimizer at
+    every width (by the mean over seeds), and where its interval excludes 0."""
+    gaps = defaultdict(list)  # activation -> [(optimizer, width, row)]
+    for optimizer, part in report.items():
+        for row in part["rows"]:
+            if "diff" in row:
+                gaps[row["activation"]].append((optimizer, row["width"], row))
+    out = {}
+    for activation, points in sorted(gaps.items()):
+        ahead = [(o, w) for o, w, r in points if r["diff"] < 0]
+        behind = [(o, w) for o, w, r in points if r["diff"] >= 0]
+        clear = [(o, w, r) for o, w, r in points if r["verdict"] != "within noise"]
+        cases = len({o for o, _, _ in points})
+
+        def where(pairs) -> str:
+            return ", ".join(f"{NAMES.get(o, o)} {w}" for o, w in pairs)
+
+        if not behind or not ahead:
+            side = "ahead of" if not behind else "behind"
+            under = f"all {cases} optimizers" if cases > 1 else "its one optimizer"
+            text = f"{side} {baseline} under {under} at every width"
+        else:
+            text = f"the sign changes: ahead at {where(ahead)}; behind at {where(behind)}"
+        if clear:
+            text += "; beyond noise at " + ", ".join(
+                f"{NAMES.get(o, o)} {w} ({'ahead' if r['diff'] < 0 else 'behind'})"
+                for o, w, r in clear
+            )
+        else:
+            text += "; every interval holds 0"
+        out[activation] = text
+    return out
+
+
+def tables(report: dict[str, dict], baseline: str) -> list[str]:
+    optimizers = list(report)
+    names = [NAMES.get(o, o) for o in optimizers]
+    activations = sorted({a for part in report.values() for a in part["rates"]})
+    rates = [
+        [a, *(f"{report[o]['rates'].get(a, float('nan')):g}" for o in optimizers)]
+        for a in activations
+    ]
+    settings = [f"{n} ({report[o]['setting']})" for n, o in zip(names, optimizers, strict=True)]
+    lines = [
+        "## Rates (the selection seed, the base width)",
+        *markdown(["activation", *settings], rates),
+    ]
+
+    rows = {(o, r["activation"], r["width"]): r for o in optimizers for r in report[o]["rows"]}
+    widths = sorted({w for _, _, w in rows})
+    losses, gaps = [], []
+    for width in widths:
+        for a in activations:
+            cells = [rows.get((o, a, width)) for o in optimizers]
+            losses.append([a, str(width), *(_loss(r) for r in cells)])
+            if a != baseline:
+                gaps.append([a, str(width), *(_gap(r) for r in cells)])
+    lines += ["", "## Final validation loss, mean ± std over seeds (seeds)"]
+    lines += markdown(["activation", "width", *names], losses)
+    lines += ["", f"## final - {baseline}, paired by seed [95% CI] (bold: the interval excludes 0)"]
+    lines += markdown(["activation", "width", *names], gaps)
+
+    trends = {o: gap_trends(report[o]["rows"]) for o in optimizers}
+    if any(trends.values()):
+        body = []
+        for a in activations:
+            cells = []
+            for o in optimizers:
+                t = trends[o].get(a)
+                cells.append("-" if t is None else f"{t.slope:+.4f} [{t.low:+.4f}, {t.high:+.4f}]")
+            if any(c != "-" for c in cells):
+                body.append([a, *cells])
+        lines += ["", "## Change of the gap per doubling of width [95% CI]"]
+        lines += markdown(["activation", *names], body)
+
+    lines += ["", "## Does the sign of the gap hold across optimizers?"]
+    lines += markdown(
+        ["activation", "verdict"], [[a, v] for a, v in verdicts(report, baseline).items()]
+    )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("runs", nargs="+", help="run directories of one or more optimizers")
+    parser.add_argument("--base", type=int, default=64, help="µP's base width (model.mup_base_dim)")
+    parser.add_argument("--baseline", default="relu2")
+    parser.add_argument("--selection-seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="write the tables to this markdown file")
+    args = parser.parse_args(argv)
+    runs = [read_run(p) for p in args.runs if (Path(p) / "metrics.jsonl").is_file()]
+    if not runs:
+        raise SystemExit("no run directory with metrics.jsonl among the arguments")
+    report = by_optimizer(runs, args.base, args.selection_seed, args.baseline)
+    lines = tables(report, args.baseline)
+    print("\n".join(lines))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

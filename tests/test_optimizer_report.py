@@ -1,0 +1,126 @@
+"""Issue 58's report (``scripts/study/optimizer_report.py``) on synthetic run directories: each
+optimizer's rates from its own selection runs, the gaps paired by seed against Student's
+interval written out, and the sign verdict by the rule written out here."""
+
+import math
+import statistics
+
+import pytest
+from test_width_report import T975_2, fake_run
+
+from scripts.study import optimizer_report
+
+# the optimizers' settings beside optim.lr, and (rate on the selection seed -> loss): the
+# lower loss is the rate the ladder must use; AdamW's rates are optim.lr, Muon's optim.muon_lr
+OPTIMIZERS = {
+    "adamw": (None, {3e-3: 2.30, 6e-3: 2.20}),
+    "ademamix": ({"name": "ademamix"}, {1.5e-3: 2.40, 3e-3: 2.45}),
+    "muon": ({"name": "muon"}, {0.02: 2.25, 0.04: 2.15}),
+}
+BASELINE = {1: 2.30, 2: 2.20, 3: 2.25}  # relu2's final loss per seed, at both widths
+# (optimizer, activation, width) -> the gap to relu2 on seeds 1, 2, 3
+GAPS = {
+    ("adamw", "xielu", 64): (-0.05, -0.04, -0.06),
+    ("adamw", "xielu", 128): (-0.02, 0.01, -0.03),
+    ("ademamix", "xielu", 64): (0.03, 0.04, 0.02),
+    ("ademamix", "xielu", 128): (0.01, -0.01, 0.03),
+    ("muon", "xielu", 64): (-0.02, -0.03, -0.025),
+    ("muon", "xielu", 128): (-0.02, -0.03, -0.04),
+    **{(o, "swiglu", w): (-0.10, -0.11, -0.12) for o in OPTIMIZERS for w in (64, 128)},
+}
+
+
+def _ladder(tmp_path):
+    runs = []
+    for optimizer, (settings, selection) in OPTIMIZERS.items():
+        rate = min(selection, key=selection.get)
+
+        def run(activation, width, seed, final, at=rate, settings=settings, optimizer=optimizer):
+            if optimizer == "muon":  # Muon's rate is muon_lr; its AdamW part keeps lr
+                return fake_run(
+                    tmp_path,
+                    activation,
+                    "mup",
+                    width,
+                    3e-3,
+                    seed,
+                    final,
+                    optim={**settings, "muon_lr": at},
+                )
+            return fake_run(tmp_path, activation, "mup", width, at, seed, final, optim=settings)
+
+        for activation in ("relu2", "swiglu", "xielu"):
+            for tried, loss in selection.items():
+                runs.append(run(activation, 64, 0, loss, at=tried))
+            for width in (64, 128):
+                for seed, base in BASELINE.items():
+                    gap = (
+                        0.0
+                        if activation == "relu2"
+                        else GAPS[(optimizer, activation, width)][seed - 1]
+                    )
+                    runs.append(run(activation, width, seed, base + gap))
+        other = max(selection, key=selection.get)  # a seed at the rate not chosen: left out
+        runs.append(run("xielu", 64, 1, 9.9, at=other))
+    return [optimizer_report.read_run(r) for r in runs]
+
+
+def _interval(diffs):
+    mean = statistics.fmean(diffs)
+    half = T975_2 * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return mean, mean - half, mean + half
+
+
+@pytest.mark.slow  # reads 72 run directories
+def test_each_optimizer_is_read_at_its_own_rate_and_the_gaps_are_paired_by_seed(tmp_path):
+    report = optimizer_report.by_optimizer(_ladder(tmp_path), 64, 0, "relu2")
+    assert {o: part["rates"]["xielu"] for o, part in report.items()} == {
+        "adamw": 6e-3,
+        "ademamix": 1.5e-3,
+        "muon": 0.04,
+    }
+    assert report["muon"]["setting"] == "optim.muon_lr"
+    assert report["adamw"]["setting"] == "optim.lr"
+    for (optimizer, activation, width), diffs in GAPS.items():
+        (row,) = [
+            r
+            for r in report[optimizer]["rows"]
+            if (r["activation"], r["width"]) == (activation, width)
+        ]
+        mean, low, high = _interval(diffs)
+        assert row["seeds"] == 3  # the decoy at the other rate is not a fourth seed
+        assert (row["diff"], row["diff_low"], row["diff_high"]) == pytest.approx((mean, low, high))
+
+
+@pytest.mark.slow
+def test_the_verdict_says_whether_the_sign_holds_under_every_optimizer(tmp_path):
+    report = optimizer_report.by_optimizer(_ladder(tmp_path), 64, 0, "relu2")
+    verdicts = optimizer_report.verdicts(report, "relu2")
+    names = {"adamw": "AdamW", "ademamix": "AdEMAMix", "muon": "Muon"}
+
+    def where(sign):  # the rule: the sign of the mean gap; "beyond noise": 0 outside the interval
+        return [
+            (o, w)
+            for (o, a, w), d in sorted(GAPS.items())
+            if a == "xielu" and (statistics.fmean(d) < 0) == (sign < 0)
+        ]
+
+    clear = [
+        (o, w, statistics.fmean(d))
+        for (o, a, w), d in sorted(GAPS.items())
+        if a == "xielu" and not _interval(d)[1] <= 0 <= _interval(d)[2]
+    ]
+    expected = (
+        "the sign changes: ahead at "
+        + ", ".join(f"{names[o]} {w}" for o, w in where(-1))
+        + "; behind at "
+        + ", ".join(f"{names[o]} {w}" for o, w in where(+1))
+        + "; beyond noise at "
+        + ", ".join(f"{names[o]} {w} ({'ahead' if m < 0 else 'behind'})" for o, w, m in clear)
+    )
+    assert verdicts["xielu"] == expected
+    assert verdicts["swiglu"].startswith("ahead of relu2 under all 3 optimizers at every width")
+    text = "\n".join(optimizer_report.tables(report, "relu2"))
+    assert (
+        "| relu2 | 64 | 2.2500 ± 0.0500 (3) | 2.2500 ± 0.0500 (3) | 2.2500 ± 0.0500 (3) |" in text
+    )
