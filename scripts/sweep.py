@@ -21,7 +21,10 @@ at the base width (``eval/tuning.py``), and stops before launching anything whil
 missing. The basic launcher skips a job whose run
 already holds its final checkpoint, and ``--stop-after MINUTES`` ends the sweep in a time slice:
 the running jobs checkpoint and stop (SIGTERM, the trainer's preemption path), and the same
-command run again resumes them where they stopped.
+command run again resumes them where they stopped. ``--only model.dim=64`` runs the jobs whose
+config has that value first (the rest keep their run directories for a later call):
+
+    python -m scripts.sweep optimizers_muon_seeds --launcher basic --only model.dim=64
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ from tqdm import tqdm
 
 from eval.tuning import tuned_rates, with_tuned_rates
 from training.checkpoint.layout import checkpoint_root, step_dir_name
+from training.config import config_value
+from training.errors import ConfigError
 from training.runtime.preemption import EXIT_PREEMPTED
-from training.sweeps import ROOT, commands, expand, load_sweep, resolve
+from training.sweeps import ROOT, commands, expand, load_sweep, override_value, resolve
 
 
 def finished(job: list[str]) -> bool:
@@ -46,6 +51,22 @@ def finished(job: list[str]) -> bool:
     config = resolve(job)
     final = checkpoint_root(ROOT / config.trainer.run_dir) / step_dir_name(config.trainer.steps)
     return final.is_dir()
+
+
+def has_values(job: list[str], only: list[str]) -> bool:
+    """Whether the job's config has every ``KEY=VALUE`` of ``only`` (values as an override
+    spells them); an unknown key is refused by name."""
+    config = resolve(job)
+    for item in only:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--only {item!r}: expected KEY=VALUE, e.g. model.dim=64")
+        try:
+            if override_value(config_value(config, key)) != value:
+                return False
+        except ConfigError as error:
+            raise SystemExit(f"--only {item!r}: {error}") from None
+    return True
 
 
 def run_locally(
@@ -133,6 +154,13 @@ def main(argv: list[str] | None = None) -> int:
         help="basic launcher: checkpoint and stop the running jobs after this long (rerun resumes)",
     )
     parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="basic launcher: only the jobs whose config has this value (repeatable)",
+    )
+    parser.add_argument(
         "--parallel",
         type=int,
         default=1,
@@ -141,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)  # overrides may follow --launcher
     if args.stop_after is not None and args.launcher != "basic":
         parser.error("--stop-after slices a sweep run here: it needs --launcher basic")
+    if args.only and args.launcher != "basic":
+        parser.error("--only picks jobs to run here: it needs --launcher basic")
     sweep = load_sweep(args.sweep)
     if "tuned_by" in sweep and args.dry_run:
         print(
@@ -158,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
                 "name, e.g. data.paths='[/data/*.parquet]')"
             ) from None
     jobs = expand(sweep, args.overrides)
+    if args.only:
+        jobs = [job for job in jobs if has_values(job, args.only)]
+        if not jobs:
+            raise SystemExit(f"sweep {args.sweep}: no job has {' '.join(args.only)}")
     if args.launcher == "basic":
         if args.dry_run:
             print(f"{len(jobs)} jobs, run one after another:")

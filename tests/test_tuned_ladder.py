@@ -201,3 +201,21 @@ def test_a_time_slice_is_refused_for_a_cluster_launcher(capsys):
     with pytest.raises(SystemExit):
         sweep_script.main(["study_lr", "--stop-after", "3"])
     assert "--stop-after" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # composes 24 jobs five times
+def test_only_runs_the_jobs_with_the_values_named_and_refuses_an_unknown_key(capsys):
+    sweep_script.main(["optimizers_muon_seeds", "--launcher", "basic", "--dry-run"])
+    every = [line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
+    args = ["optimizers_muon_seeds", "--launcher", "basic", "--dry-run", "--only", "model.dim=64"]
+    assert sweep_script.main([*args, "--only", "optim.muon_lr=0.04"]) == 0
+    chosen = [line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
+    assert chosen == [line for line in every if "model.dim=64 " in line]
+    assert len(chosen) == 12  # 4 activations x 3 seeds at width 64, as the file says
+    with pytest.raises(SystemExit, match=r"no job has model\.dim=65"):
+        sweep_script.main([*args[:-1], "model.dim=65"])
+    with pytest.raises(SystemExit, match=r"'model\.width' is not a configuration key"):
+        sweep_script.main([*args[:-1], "model.width=64"])
+    with pytest.raises(SystemExit):
+        sweep_script.main(["optimizers_muon_seeds", "--only", "model.dim=64"])
+    assert "--only" in capsys.readouterr().err
