@@ -97,6 +97,15 @@ def read_run(path: str | Path) -> Run:
     )
 
 
+def read_runs(paths) -> list[Run]:
+    """The runs among ``paths`` that have written metrics (a run not yet started is skipped); a
+    report's arguments with none are refused."""
+    runs = [read_run(p) for p in paths if (Path(p) / "metrics.jsonl").is_file()]
+    if not runs:
+        raise SystemExit("no run directory with metrics.jsonl among the arguments")
+    return runs
+
+
 def best_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[tuple[str, str], float]:
     """(activation, optimizer) -> the rate (``Run.rate``) with the lowest final validation loss
     among ``runs`` under µP at width ``base`` on the selection seed (a diverged run loses to

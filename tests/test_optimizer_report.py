@@ -8,6 +8,7 @@ import statistics
 import pytest
 from test_width_report import T975_2, fake_run
 
+from eval.runs import read_run
 from scripts.study import optimizer_report
 
 # the optimizers' settings beside optim.lr, and (rate on the selection seed -> loss): the
@@ -62,7 +63,7 @@ def _ladder(tmp_path):
                     runs.append(run(activation, width, seed, base + gap))
         other = max(selection, key=selection.get)  # a seed at the rate not chosen: left out
         runs.append(run("xielu", 64, 1, 9.9, at=other))
-    return [optimizer_report.read_run(r) for r in runs]
+    return [read_run(r) for r in runs]
 
 
 def _interval(diffs):

@@ -9,6 +9,7 @@ import statistics
 import pytest
 import yaml
 
+from eval.runs import read_run
 from scripts.study import width_report
 
 T975_2 = 4.302652729911275  # Student's t 0.975 quantile, 2 degrees of freedom (tables)
@@ -58,7 +59,7 @@ def test_rates_best_per_width_and_their_shift_from_the_base(tmp_path):
             )
     runs.append(fake_run(tmp_path, "xielu", "mup", 128, 1.6e-2, 0, None, diverged=True))
     runs.append(fake_run(tmp_path, "xielu", "mup", 128, 3.2e-2, 0, None))  # still running
-    rows = width_report.rate_rows([width_report.read_run(r) for r in runs], 0, base=64)
+    rows = width_report.rate_rows([read_run(r) for r in runs], 0, base=64)
     got = {(r["parametrization"], r["width"]): r for r in rows}
     assert got[("standard", 128)]["best_lr"] == 2e-3
     assert got[("standard", 128)]["shift_from_base"] == pytest.approx(0.5)
@@ -97,9 +98,7 @@ def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path
     assert float(row["diff_high"]) == pytest.approx(statistics.fmean(diffs) + half)
     assert row["verdict"] == "better"
     # the same gaps at every width: the trend per doubling is 0, its interval the seeds' spread
-    ladder_all = width_report.ladder_rows(
-        [width_report.read_run(p) for p in runs], rates, 0, "relu2"
-    )
+    ladder_all = width_report.ladder_rows([read_run(p) for p in runs], rates, 0, "relu2")
     xielu_trend = width_report.gap_trends(ladder_all)["xielu"]
     assert xielu_trend.slope == pytest.approx(0, abs=1e-9) and xielu_trend.flat
     assert xielu_trend.n == 3 * 3  # widths x seeds
@@ -110,9 +109,7 @@ def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path
     assert "relu2" not in {r["activation"] for r in csv.DictReader((other / "ladder.csv").open())}
     ladder = [
         r
-        for r in width_report.ladder_rows(
-            [width_report.read_run(p) for p in runs], rates, 0, "relu2"
-        )
+        for r in width_report.ladder_rows([read_run(p) for p in runs], rates, 0, "relu2")
         if r["activation"] == "relu2"
     ]
     _, b = width_report.fits(ladder)["relu2"]
@@ -148,7 +145,7 @@ def test_muon_runs_are_reported_by_their_muon_rate_and_never_mixed_with_adamw(tm
         )
         for rate, loss in ((0.02, 2.1), (0.04, 2.0), (0.08, 2.2))
     ]
-    (row,) = width_report.rate_rows([width_report.read_run(r) for r in muon], 0, base=64)
+    (row,) = width_report.rate_rows([read_run(r) for r in muon], 0, base=64)
     assert row["best_lr"] == 0.04 and sorted(row["losses"]) == [0.02, 0.04, 0.08]
     assert width_report.main(list(map(str, muon))) == 0
     assert "## Rates (seed 0, optim.muon_lr)" in capsys.readouterr().out

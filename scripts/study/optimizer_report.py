@@ -17,7 +17,7 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-from eval.runs import Run, best_rates, rate_setting, read_run
+from eval.runs import Run, best_rates, rate_setting, read_runs
 from scripts.common import markdown
 from scripts.study.width_report import gap_trends, ladder_rows
 
@@ -150,9 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--selection-seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="write the tables to this markdown file")
     args = parser.parse_args(argv)
-    runs = [read_run(p) for p in args.runs if (Path(p) / "metrics.jsonl").is_file()]
-    if not runs:
-        raise SystemExit("no run directory with metrics.jsonl among the arguments")
+    runs = read_runs(args.runs)
     report = by_optimizer(runs, args.base, args.selection_seed, args.baseline)
     lines = tables(report, args.baseline)
     print("\n".join(lines))

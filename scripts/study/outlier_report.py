@@ -26,7 +26,7 @@ from pathlib import Path
 from scipy import stats
 
 from eval.comparison import paired_difference
-from eval.runs import Run, read_run
+from eval.runs import Run, read_runs
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
 
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=Path("docs/outliers"))
     args = parser.parse_args(argv)
-    runs = [read_run(p) for p in args.runs if (p / "metrics.jsonl").is_file()]
+    runs = read_runs(args.runs)
     table = rows(runs)
     if not table:
         raise SystemExit("no run has outlier telemetry: train with logging.outliers_every > 0")

@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from eval.comparison import paired_difference, power_law_fit, spread
-from eval.runs import Run, rate_setting, read_run
+from eval.runs import Run, rate_setting, read_runs
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
 from training.instruments.diagnostics import STATISTICS
@@ -321,9 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--experiment", default="study", help="the experiment the sweep file names")
     args = parser.parse_args(argv)
-    runs = [read_run(p) for p in args.runs if (Path(p) / "metrics.jsonl").is_file()]
-    if not runs:
-        raise SystemExit("no run directory with metrics.jsonl among the arguments")
+    runs = read_runs(args.runs)
     setting = rate_setting(runs)
     if args.seeds_sweep and setting != "optim.lr":
         parser.error(f"--seeds-sweep writes optim.lr per arm; these runs' rates are {setting}")

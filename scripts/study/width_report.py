@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from eval.comparison import Trend, paired_difference, power_law_fit, spread, trend
-from eval.runs import Run, best_rates, rate_setting, read_run
+from eval.runs import Run, best_rates, rate_setting, read_runs
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
 
@@ -334,9 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--selection-seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="directory for width.md, CSVs and figures")
     args = parser.parse_args(argv)
-    runs = [read_run(p) for p in args.runs if (Path(p) / "metrics.jsonl").is_file()]
-    if not runs:
-        raise SystemExit("no run directory with metrics.jsonl among the arguments")
+    runs = read_runs(args.runs)
     rows = rate_rows(runs, args.selection_seed, args.base)
     setting = rate_setting(runs)
     rates = {a: rate for (a, _), rate in best_rates(runs, args.base, args.selection_seed).items()}
