@@ -18,11 +18,11 @@ varies (``training/sweeps.py``), so the two launchers' runs land in the same pla
 A sweep file with ``tuned_by: OTHER`` (a µP width ladder) takes its rate per activation and
 optimizer (``optim.lr``, ``optim.muon_lr`` under Muon) from the finished runs of the sweep OTHER
 at the base width (``eval/tuning.py``), and stops before launching anything while those are
-missing. The basic launcher skips a job whose run
-already holds its final checkpoint, and ``--stop-after MINUTES`` ends the sweep in a time slice:
-the running jobs checkpoint and stop (SIGTERM, the trainer's preemption path), and the same
-command run again resumes them where they stopped. ``--only model.dim=64`` runs the jobs whose
-config has that value first (the rest keep their run directories for a later call):
+missing. The basic launcher skips a job whose run already holds its final checkpoint, and
+``--stop-after MINUTES`` ends the sweep in a time slice: the running jobs checkpoint and stop
+(SIGTERM, the trainer's preemption path), and the same command run again resumes them where they
+stopped. ``--only model.dim=64`` runs only the jobs whose config has that value, leaving the rest
+for a later call (a study's smallest width first):
 
     python -m scripts.sweep optimizers_muon_seeds --launcher basic --only model.dim=64
 """
