@@ -12,7 +12,8 @@ runs before it launches anything (:func:`with_tuned_rates`). The rate is the set
 optimizer's rate sweeps vary (``OptimConfig.tuned_rate``): ``optim.lr``, or ``optim.muon_lr``
 under Muon, whose AdamW part keeps the rate its grid sets, in the tuning sweep and the ladder
 alike. A tuning run still missing stops the ladder with the list of what is missing and the
-command that runs it: a rate picked from half a grid would be a silent guess. A diverged tuning run counts as the worst rate, not as missing.
+command that runs it: a rate picked from half a grid would be a silent guess. A diverged tuning
+run counts as the worst rate, not as missing.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -74,8 +75,9 @@ def run_locally(
 ) -> int:
     """Each job as its own ``train.py`` process, ``parallel`` at a time (each with
     ``cores // parallel`` threads), in order, under a bar over the runs; a failure stops
-    launching new jobs (the running ones finish) and the sweep returns 1. Each job's output
-    goes to ``<run_dir>.log`` when ``parallel > 1`` (interleaved lines would be unreadable).
+    launching new jobs (the running ones finish) and the sweep returns 1. When ``parallel > 1``
+    each job's output goes to ``runs/sweep-logs/<its run directory's name>.log`` (interleaved
+    lines would be unreadable), appended to, so a resumed run's log keeps its earlier part.
     Jobs already finished are skipped; after ``stop_after_min`` minutes the running jobs are
     sent SIGTERM (they checkpoint and exit 75), nothing new starts, and the sweep itself
     returns 75: the same command run again goes on where this one stopped."""
@@ -98,9 +100,10 @@ def run_locally(
             bar.clear()  # the run's own output starts on a clean line
             out = None
             if parallel > 1:
-                log_path = ROOT / "runs" / "sweep-logs" / f"{name}-{len(jobs) - len(pending)}.log"
+                run_name = Path(resolve(job).trainer.run_dir).name
+                log_path = ROOT / "runs" / "sweep-logs" / f"{run_name}.log"
                 log_path.parent.mkdir(parents=True, exist_ok=True)
-                out = log_path.open("w")
+                out = log_path.open("a")
             cmd = [sys.executable, "train.py", *job]
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=out)
             running.append((proc, job, out))

@@ -5,6 +5,7 @@ import json
 import math
 import signal
 import textwrap
+import types
 
 import pytest
 import yaml
@@ -181,6 +182,25 @@ def test_a_time_slice_stops_the_running_jobs_through_their_checkpoint(tmp_path, 
     assert (tmp_path / "slow.stopped").read_text() == "checkpointed"
     assert not (tmp_path / "never.started").exists()  # nothing new starts after the limit
     assert not (tmp_path / "done.started").exists()  # a finished job is skipped
+
+
+@pytest.mark.slow
+def test_side_by_side_jobs_log_to_a_file_named_after_their_run_directory(tmp_path, monkeypatch):
+    (tmp_path / "train.py").write_text("import sys; print('trained', sys.argv[1])")
+    monkeypatch.setattr(sweep_script, "ROOT", tmp_path)
+    monkeypatch.setattr(sweep_script, "finished", lambda job: False)
+    monkeypatch.setattr(
+        sweep_script,
+        "resolve",
+        lambda job: types.SimpleNamespace(
+            trainer=types.SimpleNamespace(run_dir=f"runs/x-{job[0]}")
+        ),
+    )
+    for _ in range(2):  # a second call (a resume, another --only slice) appends
+        assert sweep_script.run_locally("logs", [["a"], ["b"]], parallel=2) == 0
+    logs = tmp_path / "runs" / "sweep-logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["x-a.log", "x-b.log"]
+    assert (logs / "x-b.log").read_text() == "trained b\n" * 2
 
 
 @pytest.mark.slow
