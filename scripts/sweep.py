@@ -44,7 +44,15 @@ from training.checkpoint.layout import checkpoint_root, step_dir_name
 from training.config import config_value
 from training.errors import ConfigError
 from training.runtime.preemption import EXIT_PREEMPTED
-from training.sweeps import ROOT, commands, expand, load_sweep, override_value, resolve
+from training.sweeps import (
+    ROOT,
+    check_run_dirs,
+    commands,
+    expand,
+    load_sweep,
+    override_value,
+    resolve,
+)
 
 
 def finished(job: list[str]) -> bool:
@@ -181,20 +189,22 @@ def main(argv: list[str] | None = None) -> int:
             f"{sweep['tuned_by']!r} at the base width, read from its finished runs when this "
             "sweep is launched"
         )
-    elif "tuned_by" in sweep:
-        try:
+    try:
+        if "tuned_by" in sweep and not args.dry_run:
             rates = tuned_rates(sweep, args.overrides)
             sweep = with_tuned_rates(sweep, rates, args.overrides)
-        except ValueError as error:  # a job that does not compose: one line, naming the key
-            raise SystemExit(
-                f"sweep {args.sweep}: {error} (settings for every job go after the sweep's "
-                "name, e.g. data.paths='[/data/*.parquet]')"
-            ) from None
-    jobs = expand(sweep, args.overrides)
-    if args.only:
-        jobs = [job for job in jobs if has_values(job, args.only)]
-        if not jobs:
-            raise SystemExit(f"sweep {args.sweep}: no job has {' '.join(args.only)}")
+        jobs = expand(sweep, args.overrides)
+        if args.only:
+            jobs = [job for job in jobs if has_values(job, args.only)]
+            if not jobs:
+                raise SystemExit(f"sweep {args.sweep}: no job has {' '.join(args.only)}")
+        if not args.dry_run:
+            check_run_dirs(jobs)
+    except ValueError as error:  # a job that does not compose: one line, naming the key
+        raise SystemExit(
+            f"sweep {args.sweep}: {error} (settings for every job go after the sweep's "
+            "name, e.g. data.paths='[/data/*.parquet]')"
+        ) from None
     if args.launcher == "basic":
         if args.dry_run:
             print(f"{len(jobs)} jobs, run one after another:")

@@ -158,9 +158,10 @@ def test_every_experiment_preset_is_in_the_end_to_end_tier():
 @pytest.mark.xdist_group(SWEEP_POINTS)
 @pytest.mark.parametrize("sweep", sorted(p.stem for p in (CONFIGS / "sweep").glob("*.yaml")))
 def test_every_point_of_every_sweep_composes(sweep):
-    from training.sweeps import expand, load_sweep, resolve
+    from training.sweeps import check_run_dirs, expand, load_sweep, resolve
 
     jobs = expand(load_sweep(sweep), SWEEP_DATA)
     assert jobs
     for overrides in jobs:
         resolve(overrides)  # as train.py composes it, the launcher's hydra.* settings left out
+    check_run_dirs(jobs)  # each its own directory, every name one a file system takes

@@ -239,3 +239,31 @@ def test_only_runs_the_jobs_with_the_values_named_and_refuses_an_unknown_key(cap
     with pytest.raises(SystemExit):
         sweep_script.main(["optimizers_muon_seeds", "--only", "model.dim=64"])
     assert "--only" in capsys.readouterr().err
+
+
+def test_a_sweep_whose_jobs_share_a_run_directory_or_overflow_its_name_is_refused_before_any_runs(
+    monkeypatch,
+):
+    launched = []
+    monkeypatch.setattr(sweep_script, "run_locally", lambda *a, **k: launched.append(a))
+    same = {  # two grids, one point each, nothing varied between them that names a directory
+        "grids": [
+            {"overrides": ["experiment=study", "trainer.run_dir=runs/shared"], "sweep": {}},
+            {"overrides": ["experiment=study", "trainer.run_dir=runs/shared"], "sweep": {}},
+        ]
+    }
+    long_name = "x" * 250  # + "-relu2" and the varied lr: over 255 bytes
+    too_long = {
+        "grids": [
+            {"overrides": ["experiment=study", f"name={long_name}"], "sweep": {"optim.lr": [1e-3]}},
+            {"overrides": ["experiment=study", f"name={long_name}"], "sweep": {"optim.lr": [2e-3]}},
+        ]
+    }
+    for sweep, message in (
+        (same, "two jobs would train in runs/shared"),
+        (too_long, "over the 255"),
+    ):
+        monkeypatch.setattr(sweep_script, "load_sweep", lambda name, sweep=sweep: sweep)
+        with pytest.raises(SystemExit, match=message):
+            sweep_script.main(["synthetic", "--launcher", "basic"])
+    assert not launched

@@ -139,6 +139,31 @@ def expand(sweep: dict, extra: list[str] = ()) -> list[list[str]]:
     return jobs
 
 
+NAME_MAX = 255  # bytes in one path component on Linux file systems (ext4, xfs, Lustre)
+
+
+def check_run_dirs(jobs: list[list[str]]) -> None:
+    """Refuse, before any job runs, jobs that would share a run directory (the later would
+    take the earlier's checkpoints for its own, or be skipped as finished) or a directory name
+    longer than a file system takes (its job would fail at its first write, after the jobs
+    before it ran)."""
+    seen: dict[str, list[str]] = {}
+    for job in jobs:
+        run_dir = resolve(job).trainer.run_dir
+        size = len(Path(run_dir).name.encode())
+        if size > NAME_MAX:
+            raise SystemExit(
+                f"the run directory {run_dir} is named in {size} bytes, over the {NAME_MAX} a "
+                "file system takes: shorten the sweep's name or the keys its grids vary"
+            )
+        if run_dir in seen:
+            raise SystemExit(
+                f"two jobs would train in {run_dir}:\n  {' '.join(seen[run_dir])}\n  "
+                f"{' '.join(job)}\nvary a key that names the run directory"
+            )
+        seen[run_dir] = job
+
+
 def commands(sweep: dict, launcher: str, extra: list[str] = ()) -> list[list[str]]:
     """One ``train.py -m`` command per grid."""
     out = []
