@@ -267,3 +267,19 @@ def test_a_sweep_whose_jobs_share_a_run_directory_or_overflow_its_name_is_refuse
         with pytest.raises(SystemExit, match=message):
             sweep_script.main(["synthetic", "--launcher", "basic"])
     assert not launched
+
+
+def test_a_run_directory_name_may_take_255_bytes_and_not_one_more():
+    from training.sweeps import check_run_dirs
+
+    fits = "é" * 127 + "x"  # 255 bytes in UTF-8, 128 characters: bytes are what counts
+    check_run_dirs([["experiment=study", f"trainer.run_dir='runs/{fits}'"]])
+    with pytest.raises(SystemExit, match="named in 256 bytes, over the 255"):
+        check_run_dirs([["experiment=study", f"trainer.run_dir='runs/{fits}y'"]])
+    twice = ["experiment=study", "trainer.run_dir=runs/one"]
+    with pytest.raises(SystemExit) as refused:
+        check_run_dirs([twice, ["experiment=study", "trainer.seed=3", "trainer.run_dir=runs/one"]])
+    assert str(refused.value).splitlines()[1:3] == [
+        "  experiment=study trainer.run_dir=runs/one",
+        "  experiment=study trainer.seed=3 trainer.run_dir=runs/one",
+    ]
