@@ -57,6 +57,10 @@ def _gap(row: dict | None) -> str:
     return f"{star}{row['diff']:+.4f}{star} [{row['diff_low']:+.4f}, {row['diff_high']:+.4f}]"
 
 
+def _where(pairs: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{NAMES.get(o, o)} {w}" for o, w in pairs)
+
+
 def verdicts(report: dict[str, dict], baseline: str) -> dict[str, str]:
     """activation -> whether its gap to the baseline has one sign under every optimizer at
     every width (by the mean over seeds), and where its interval excludes 0."""
@@ -71,16 +75,12 @@ def verdicts(report: dict[str, dict], baseline: str) -> dict[str, str]:
         behind = [(o, w) for o, w, r in points if r["diff"] >= 0]
         clear = [(o, w, r) for o, w, r in points if r["verdict"] != "within noise"]
         cases = len({o for o, _, _ in points})
-
-        def where(pairs) -> str:
-            return ", ".join(f"{NAMES.get(o, o)} {w}" for o, w in pairs)
-
         if not behind or not ahead:
             side = "ahead of" if not behind else "behind"
             under = f"all {cases} optimizers" if cases > 1 else "its one optimizer"
             text = f"{side} {baseline} under {under} at every width"
         else:
-            text = f"the sign changes: ahead at {where(ahead)}; behind at {where(behind)}"
+            text = f"the sign changes: ahead at {_where(ahead)}; behind at {_where(behind)}"
         if clear:
             text += "; beyond noise at " + ", ".join(
                 f"{NAMES.get(o, o)} {w} ({'ahead' if r['diff'] < 0 else 'behind'})"
