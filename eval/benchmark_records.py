@@ -1,11 +1,11 @@
 """The benchmarks' upstream files as the documents lm-eval's own tasks read.
 
-Each converter reads one benchmark in the layout its authors publish (``../shared/data/eval``
-holds excerpts) and returns ``{split: rows}``, every row with lm-eval's rendered prompt
-(``query``), ``choices`` and ``gold`` (``answers``/``answer`` for the generative tasks), read the
-way the Hugging Face datasets lm-eval downloads were built from the same files (the same splits,
-record order and stripped fields). ``eval.local_tasks`` writes them out with lm-eval's task
-settings.
+Each converter reads one benchmark in the layout its authors publish, under a folder named for
+the benchmark (as ``python -m eval.fetch_benchmarks DIR`` writes them), and returns ``{split:
+rows}``, every row with lm-eval's rendered prompt (``query``), ``choices`` and ``gold``
+(``answers``/``answer`` for the generative tasks), read the way the Hugging Face datasets lm-eval
+downloads were built from the same files (the same splits, record order and stripped fields).
+``eval.local_tasks`` writes them out with lm-eval's task settings.
 """
 
 from __future__ import annotations
@@ -20,6 +20,20 @@ LETTERS = "ABCDE"
 QUESTION_ANSWER = "Question: {}\nAnswer:"
 
 Splits = dict[str, list[dict]]
+
+# the folder each benchmark's files sit in, under the directory the local suite is built from
+BENCHMARK_FOLDERS = (
+    "piqa",
+    "winogrande",
+    "ai2_arc",
+    "hellaswag",
+    "commonsense_qa",
+    "social_i_qa",
+    "hendrycks_test",
+    "openbookqa",
+    "trivia_qa",
+    "gsm8k",
+)
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -248,18 +262,15 @@ def triviaqa(root: Path) -> Splits:
 
 def gsm8k(root: Path) -> Splits:
     """lm-eval ``gsm8k``: ``Question: {question}\\nAnswer:``, the whole worked solution as target
-    (its ``#### N`` is what the metric compares). The full upstream files next to the excerpts
-    (``<source>/../gsm8k/{test,train}.jsonl``) are preferred to the excerpts' ``gsm8k/main``."""
+    (its ``#### N`` is what the metric compares). A split is every ``{split}.jsonl`` under
+    ``gsm8k/`` (the published ``train.jsonl`` / ``test.jsonl``; the socratic variant's files are
+    named otherwise)."""
 
     def rows(split: str) -> list[dict]:
-        candidates = [root.parent / "gsm8k" / f"{split}.jsonl"]
-        candidates += _find(root, f"gsm8k/main/**/{split}.jsonl")
-        for path in candidates:
-            if path.is_file():
-                return [
-                    {"query": QUESTION_ANSWER.format(d["question"]), "answer": d["answer"]}
-                    for d in _jsonl(path)
-                ]
-        return []
+        return [
+            {"query": QUESTION_ANSWER.format(d["question"]), "answer": d["answer"]}
+            for path in _find(root, f"gsm8k/**/{split}.jsonl")
+            for d in _jsonl(path)
+        ]
 
     return {"train": rows("train"), "test": rows("test")}

@@ -1,7 +1,8 @@
 """Downstream accuracy of a run through lm-evaluation-harness, printed like the paper's table.
 
     python -m eval.downstream runs/paper_3b-xielu                       # the paper's suite (Hub)
-    python -m eval.downstream RUN --suite local --local-data ../shared/data/eval   # offline
+    python -m eval.fetch_benchmarks /path/to/benchmarks    # once, where the Hub is reachable
+    python -m eval.downstream RUN --suite local --local-data /path/to/benchmarks   # offline
     python -m eval.downstream RUN --tasks piqa hellaswag --limit 200
     python -m eval.downstream RUN --device cpu --batch-size 32      # default: the GPU if present
 
@@ -140,6 +141,13 @@ def during_training(
             build_local_tasks(data_dir, task_dir)
         distributed.barrier()
         tasks = [f"local_{name}" for name in tasks]
+        missing = [t for t in tasks if not (task_dir / f"{t}.yaml").is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"trainer.downstream_data={data_dir} has no records for "
+                f"{', '.join(t.removeprefix('local_') for t in missing)}: write them with "
+                f"`python -m eval.fetch_benchmarks {data_dir}`"
+            )
     lm = ProjectLM(model, tokenizer, batch_size, str(env.device), add_bos=add_bos)
     if include_path:
         manager = TaskManager(include_path=include_path, include_defaults=False)
@@ -165,7 +173,12 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("run_dir")
     parser.add_argument("--suite", choices=["paper", "local"], default="paper")
-    parser.add_argument("--local-data", default="../shared/data/eval")
+    parser.add_argument(
+        "--local-data",
+        metavar="DIR",
+        help="with --suite local: the benchmarks' files, as python -m eval.fetch_benchmarks "
+        "DIR writes them",
+    )
     parser.add_argument("--tasks", nargs="*", help="lm-eval task names instead of the suite")
     parser.add_argument("--limit", type=int, help="documents per task")
     parser.add_argument("--batch-size", type=int, default=8, help="requests per forward")
@@ -177,6 +190,17 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args(argv)
+    if args.suite == "local":
+        from eval.local_tasks import FETCH, missing_source
+
+        if not args.local_data:
+            parser.error(
+                f"--suite local needs --local-data DIR, the benchmarks' files: write them once "
+                f"with `{FETCH} DIR` where the Hub is reachable"
+            )
+        why = missing_source(args.local_data)
+        if why:
+            parser.error(f"--local-data: {why}")
 
     rows = suite(args.suite == "local")
     with tempfile.TemporaryDirectory() as tmp:

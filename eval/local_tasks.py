@@ -1,8 +1,9 @@
 """The paper's downstream suite as lm-eval tasks over local files (for machines with no Hub).
 
 ``build_local_tasks(source_dir, out_dir)`` converts benchmark records in their upstream layouts
-(as in ``../shared/data/eval``: PIQA, Winogrande, ARC-Easy/Challenge, HellaSwag, CommonsenseQA,
-SIQA, MMLU, OpenBookQA, TriviaQA, GSM8K) into jsonl files and writes one lm-eval task YAML per
+(PIQA, Winogrande, ARC-Easy/Challenge, HellaSwag, CommonsenseQA, SIQA, MMLU, OpenBookQA, TriviaQA,
+GSM8K, each in a folder of its name: what ``python -m eval.fetch_benchmarks DIR`` writes from the
+Hub once, for machines without it) into jsonl files and writes one lm-eval task YAML per
 benchmark (``dataset_path: json`` with ``data_files``), loadable through
 ``TaskManager(include_path=out_dir)``.
 
@@ -22,14 +23,13 @@ are its scores (``tests/test_local_tasks_match_lm_eval.py``). Where they differ,
   0: lm-eval's few-shot examples are the first ones of the question's own subject's ``dev`` split,
   which one task over all subjects cannot draw, so ``--num_fewshot`` is ignored for it (lm-eval logs
   that) rather than answered with other subjects' examples. The paper's setting is zero-shot.
-* GSM8K: the 5-shot examples are drawn, with
-  lm-eval's sampler and seed, from the local ``train.jsonl``: the upstream train file when
-  ``<source>/../gsm8k/train.jsonl`` exists (then they are lm-eval's examples), else the 5-record
-  excerpt, whose examples are then a permutation of those 5 problems. The paper's table takes
-  the first ``exact_match`` lm-eval reports, ``strict-match``, as for lm-eval's own task.
+* GSM8K: the 5-shot examples are drawn, with lm-eval's sampler and seed, from the local
+  ``train.jsonl``: lm-eval's examples when it is the whole published train split (as
+  ``eval.fetch_benchmarks`` writes it). The paper's table takes the first ``exact_match`` lm-eval
+  reports, ``strict-match``, as for lm-eval's own task.
 
-The upstream excerpts are small: numbers over them are comparable with the paper's only in their
-definition, not in their value, until the full upstream files are put in their place.
+Numbers over a subset of a benchmark's records (excerpts, ``--limit``) are comparable with the
+paper's only in their definition, not in their value.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from pathlib import Path
 import yaml
 
 from eval.benchmark_records import (
+    BENCHMARK_FOLDERS,
     Splits,
     arc,
     commonsense_qa,
@@ -184,6 +185,21 @@ TASKS: dict[str, tuple[Callable[[Path], Splits], dict]] = {
 }
 
 SPLIT_KEYS = {"train": "training_split", "validation": "validation_split", "test": "test_split"}
+FETCH = "python -m eval.fetch_benchmarks"
+
+
+def missing_source(source: str | Path) -> str | None:
+    """Why ``source`` cannot hold the local suite (no such directory, or no benchmark folder
+    in it), naming the command that writes one; None when it can."""
+    path = Path(source)
+    if not path.is_dir():
+        return f"no directory {source}: write the benchmarks there once with `{FETCH} {source}`"
+    if not any((path / folder).is_dir() for folder in BENCHMARK_FOLDERS):
+        return (
+            f"{source} holds none of the benchmark folders ({', '.join(BENCHMARK_FOLDERS)}): "
+            f"write them once with `{FETCH} {source}`"
+        )
+    return None
 
 
 def build_local_tasks(source: str | Path, out_dir: str | Path) -> list[str]:
@@ -191,9 +207,12 @@ def build_local_tasks(source: str | Path, out_dir: str | Path) -> list[str]:
 
     The evaluated split (lm-eval's: ``test`` where the task has one, else ``validation``) is
     ``<name>.jsonl``, a training split ``<name>.train.jsonl``; a benchmark whose evaluated split,
-    or few-shot split (GSM8K's ``train``), has no records is left out."""
-    source, out_dir = Path(source), Path(out_dir)
-    root = source / "benchmark_excerpts" if (source / "benchmark_excerpts").is_dir() else source
+    or few-shot split (GSM8K's ``train``), has no records is left out. A ``source`` that is no
+    directory, or holds no benchmark folder, is refused (``missing_source``)."""
+    why = missing_source(source)
+    if why:
+        raise FileNotFoundError(why)
+    root, out_dir = Path(source), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     names = []
     for name, (convert, keys) in TASKS.items():

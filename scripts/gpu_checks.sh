@@ -24,11 +24,22 @@ wants() { [[ " $parts " == *" $1 "* || " $parts " == *" all "* ]]; }
 # part's output goes to $GPU_RESULTS/<part>.log and one line per part is appended to
 # $GPU_RESULTS/summary.md as it ends; a part that passed leaves <part>.done and is skipped when
 # `first` runs again with the same folder (bring it back and forth), so a second lease goes on
-# where the first stopped. GPU_DATA: a folder of .json.gz documents (../shared/data/c4).
+# where the first stopped. GPU_DATA: a folder of .json.gz documents (C4's files, say); unset,
+# the builtin corpus (the interpreter's documentation, offline) written there as one such file.
 if [[ "$parts" == first ]]; then
   results="${GPU_RESULTS:-results/gpu_checks}"
-  data="${GPU_DATA:-../shared/data/c4}"
   mkdir -p "$results"
+  data="${GPU_DATA:-$results/builtin_corpus}"
+  if [[ -z "${GPU_DATA:-}" ]]; then
+    python - "$data" <<'PY'
+import gzip, pathlib, shutil, sys
+from data.sources.builtin import builtin_corpus_path
+out = pathlib.Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+with open(builtin_corpus_path(), "rb") as src, gzip.open(out / "builtin.json.gz", "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+  fi
   deadline=$((SECONDS + ${FIRST_BUDGET_S:-300}))
   device=$(python -c "import torch; print(torch.cuda.get_device_name(), torch.__version__)")
   echo "## $(date -u +%F' '%H:%M) UTC, $device" >> "$results/summary.md"

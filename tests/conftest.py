@@ -35,6 +35,16 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+def pytest_runtest_setup(item):
+    """A test marked ``shared_data`` reads the real samples beside the repository, which a
+    user's clone does not have: skipped there, saying so."""
+    if item.get_closest_marker("shared_data"):
+        from data_fixtures import SHARED
+
+        if not SHARED.is_dir():
+            pytest.skip(f"reads the optional real samples in {SHARED}, which are absent")
+
+
 def pytest_configure(config):
     """pytest-xdist's ``loadgroup`` keeps an ``xdist_group`` on one worker under pytest 8; under
     pytest 9 (with xdist 3.8) it splits the group over the workers in silence, and a group's

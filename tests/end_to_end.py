@@ -4,8 +4,8 @@
 lengths and cadences (dims, layers, heads, sequence, batch, steps, warmup/decay, evaluation and
 checkpoint cadence, evaluation batches, validation documents), so parallelism, precision,
 compile, activation checkpointing, schedule shape, tokenizer and vocabulary stay the preset's
-own. Presets that read local files get the c4 sample in ``../shared/data/c4``; the others keep
-the builtin corpus. ``instruments()`` turns on everything a researcher can turn on.
+own. Presets that read local files get C4-layout files of real text (``data_fixtures.c4_corpus``);
+the others keep the builtin corpus. ``instruments()`` turns on everything a researcher can turn on.
 
 The cadences are chosen so that step ``STOP`` is a validation, downstream, diagnostics,
 gradient-norm and checkpoint step at once: the interruption the tier sends lands on all of them.
@@ -17,11 +17,12 @@ import itertools
 import re
 from pathlib import Path
 
-from train_helpers import CONFIGS, ROOT
+from benchmark_fixtures import benchmark_files
+from data_fixtures import c4_corpus
+from train_helpers import CONFIGS
 
-SHARED_DATA = ROOT.parent / "shared" / "data"
-LOCAL_CORPUS = SHARED_DATA / "c4"
-EVAL_DATA = SHARED_DATA / "eval"
+LOCAL_CORPUS = c4_corpus()
+EVAL_DATA = benchmark_files()
 
 STEPS = 8
 STOP = 4  # validation, downstream, diagnostics, gradient norms, outliers, a checkpoint: here

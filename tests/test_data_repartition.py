@@ -23,7 +23,7 @@ from data.repartition import (
 from data.shards import TokenCorpus
 from data.sources.tokenized import TokenStream, epoch_order, training_windows
 from data.text import TextStream
-from data_fixtures import write_parquet_corpus
+from data_fixtures import DOCUMENTS, write_parquet_corpus
 from scripts.pretokenize import pretokenize
 
 BATCH = 4
@@ -128,7 +128,7 @@ def test_text_2x2_then_1x1_then_2x1_reads_every_token_once_per_epoch(
         seen += targets(stream)
         documents += stream.state_dict()["pending"]["stats"]["documents"]
     assert seen == Counter({token: 3 * n for token, n in epoch_tokens.items()})
-    assert documents == 3 * (322 - 10)  # the counters too: every document once per epoch
+    assert documents == 3 * (DOCUMENTS - 10)  # the counters too: every document once per epoch
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from data.shards import Shard, check_tokenizer, write_shard
 from data.sources.fineweb_edu import HubUnreachableError, open_stream
 from data.text import TextStream
 from data.tokenizers import TokenizerIdentity, identity_of, load_tokenizer
-from data_fixtures import write_parquet_corpus
+from data_fixtures import DOCUMENTS, write_parquet_corpus
 from scripts.pretokenize import pretokenize
 
 
@@ -192,7 +192,7 @@ def test_a_pretokenize_killed_halfway_leaves_the_old_shards_whole(
 def test_pretokenized_shards_yield_the_text_pipelines_windows(parquet_dir, tmp_path, tokenizer):
     text = local(parquet_dir, tokenizer=TokenizerConfig(tokenizer))
     totals = pretokenize(text, tmp_path, shard_tokens=5000, workers=1)
-    assert totals["shards"] > 2 and totals["documents"] == 322  # several shards, one stream
+    assert totals["shards"] > 2 and totals["documents"] == DOCUMENTS  # several shards, one stream
     tokenized = DataConfig(
         source="tokenized",
         paths=[str(tmp_path / "*.bin")],

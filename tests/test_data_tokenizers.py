@@ -3,7 +3,7 @@
 import pytest
 
 from data import TokenizerConfig, load_tokenizer
-from data_fixtures import real_documents
+from data_fixtures import real_documents, shared_documents
 
 
 @pytest.mark.slow
@@ -18,6 +18,32 @@ def test_tekken_fast_path_equals_mistral_common_tekkenizer():
     for text in real_documents():
         assert ours.encode(text) == theirs.encode(text, bos=False, eos=False)
     assert ours.decode(ours.encode("Gradient-designed ReLU² ✓")) == "Gradient-designed ReLU² ✓"
+
+
+@pytest.mark.shared_data
+@pytest.mark.slow
+def test_the_tokenizers_equal_their_packages_on_real_web_text():
+    """The real FineWeb-Edu and C4 samples (web text: typographic quotes, dashes, non-English
+    names), which the builtin corpus's documentation prose lacks."""
+    from llama_models.llama3.tokenizer import Tokenizer as Llama3
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    from data.tokenizers import TEKKEN_FILE, package_file
+
+    docs = shared_documents()
+    assert len(docs) > 100 and any(not d.isascii() for d in docs)
+    pairs = [
+        (load_tokenizer(TokenizerConfig("llama3")), Llama3.get_instance()),
+        (
+            load_tokenizer(TokenizerConfig("mistral_nemo")),
+            Tekkenizer.from_file(str(package_file(*TEKKEN_FILE))),
+        ),
+    ]
+    for ours, theirs in pairs:
+        for text in docs:
+            assert ours.encode(text) == theirs.encode(text, bos=False, eos=False)
+    byte = load_tokenizer(TokenizerConfig("bytes"))
+    assert all(bytes(byte.encode(text)) == text.encode("utf-8") for text in docs)
 
 
 def test_llama3_equals_llama_models_tokenizer():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from data_fixtures import SHARED
+from benchmark_fixtures import benchmark_files
 from train_helpers import metrics, run, run_in_process, tiny_overrides
 
 pytestmark = pytest.mark.slow
@@ -18,7 +18,7 @@ def _overrides(corpus, run_dir, **extra):
             "trainer.downstream_every": 6,
             "trainer.downstream_tasks": f"[{','.join(TASKS)}]",
             "trainer.downstream_limit": 6,
-            "trainer.downstream_data": str(SHARED / "eval"),
+            "trainer.downstream_data": str(benchmark_files()),
             "model.max_seq_len": 256,  # room for the tasks' prompts
             **extra,
         },
@@ -39,7 +39,7 @@ def _offline(run_dir, step, tasks=TASKS) -> dict[str, float]:
     from eval.local_tasks import build_local_tasks
 
     include = run_dir / "offline_tasks"
-    build_local_tasks(SHARED / "eval", include)
+    build_local_tasks(benchmark_files(), include)
     results = evaluate(str(run_dir), [f"local_{t}" for t in tasks], str(include), 6, 2, step)
     return {
         f"downstream/{t}/{k.split(',')[0]}": v

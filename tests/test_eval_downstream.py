@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmark_fixtures import benchmark_files
 from data import TokenizerConfig, load_tokenizer
 from data_fixtures import SHARED
 from eval.downstream import PAPER_SUITE, table
@@ -130,10 +131,29 @@ def test_generation_stops_at_the_until_string(lm):
 
 
 def test_local_suite_covers_the_papers_ten_benchmarks(tmp_path):
-    names = build_local_tasks(SHARED / "eval", tmp_path)
+    names = build_local_tasks(benchmark_files(), tmp_path)
     expected = {f"local_{t}" for rows in PAPER_SUITE.values() for t, _ in rows}
     assert set(names) == expected
-    assert (tmp_path / "gsm8k.jsonl").read_text().count("\n") == 1319
+    assert (tmp_path / "gsm8k.jsonl").read_text().count("\n") == 5  # benchmark_fixtures
+
+
+@pytest.mark.shared_data
+def test_the_full_gsm8k_test_split_put_in_place_of_the_excerpt_is_the_one_evaluated(tmp_path):
+    """The real excerpts, with GSM8K's folder holding the whole published test split (1319
+    problems) instead: the split evaluated is the whole one."""
+    source = tmp_path / "benchmarks"
+    excerpts = SHARED / "eval" / "benchmark_excerpts"
+    for folder in excerpts.iterdir():
+        if folder.name != "gsm8k":
+            (source / folder.name).parent.mkdir(parents=True, exist_ok=True)
+            (source / folder.name).symlink_to(folder)
+    full = source / "gsm8k"
+    full.mkdir()
+    (full / "test.jsonl").symlink_to(SHARED / "eval" / "gsm8k" / "test.jsonl")
+    (full / "train.jsonl").symlink_to(next(excerpts.glob("gsm8k/main/**/train.jsonl")))
+    names = build_local_tasks(source, tmp_path / "tasks")
+    assert "local_gsm8k" in names
+    assert (tmp_path / "tasks" / "gsm8k.jsonl").read_text().count("\n") == 1319
 
 
 # (task, doc_id) the oracle below answers right; every other document it answers wrong
@@ -178,7 +198,7 @@ def test_lm_eval_reports_a_model_of_known_accuracy_and_the_table_averages_rows(l
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    build_local_tasks(SHARED / "eval", tmp_path)
+    build_local_tasks(benchmark_files(), tmp_path)
     oracle = Oracle(lm.model, lm.tokenizer, batch_size=3)
     tasks = sorted({task for task, _ in RIGHT} | {"local_winogrande"})
     # only the local tasks: indexing lm-eval's thousands of built-in YAMLs takes seconds
@@ -289,7 +309,7 @@ def test_local_triviaqa_scores_a_correct_answer_with_its_leading_space_as_correc
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    build_local_tasks(SHARED / "eval", tmp_path)
+    build_local_tasks(benchmark_files(), tmp_path)
     model = AnswersWithTheFirstAlias(lm.model, lm.tokenizer, batch_size=3)
     manager = TaskManager(include_path=str(tmp_path), include_defaults=False)
     out = simple_evaluate(model=model, tasks=["local_triviaqa"], limit=3, task_manager=manager)

@@ -14,17 +14,17 @@ correspondences). Every other key of lm-eval's config is kept, ``process_docs`` 
 * the documented differences (MMLU's structure and pinned zero-shot, GSM8K's extra filter name)
   are asserted as exactly those.
 
-The upstream excerpts are copied with a WikiHow-style HellaSwag record added, as the excerpts have
-no ``[title]``/``[step]`` markers for lm-eval's clean-up to remove.
+The benchmark files are the tests' own (``tests/benchmark_fixtures.py``) and, where
+``../shared/data`` is beside the repository, the real upstream excerpts there too; each is copied
+with a WikiHow-style HellaSwag record added, for lm-eval's clean-up of ``[title]``/``[step]``
+markers to remove.
 """
 
-import csv
 import hashlib
 import json
 import shutil
 from pathlib import Path
 
-import lm_eval
 import pytest
 from datasets import Dataset, DatasetDict
 from lm_eval import simple_evaluate
@@ -34,198 +34,21 @@ from lm_eval.api.task import ConfigurableTask
 from lm_eval.tasks import TaskManager
 from lm_eval.tasks._yaml_loader import load_yaml
 
+from benchmark_fixtures import REQUESTS, write_benchmarks
 from data_fixtures import SHARED
 from eval.local_tasks import build_local_tasks
+from hf_layouts import (
+    LM_EVAL_TASKS,
+    NAMES,
+    TO_HF,
+    gsm8k_hf,
+    mmlu_subject_hf,
+    mmlu_subjects,
+    one,
+    triviaqa_hf,
+)
 
-LM_EVAL_TASKS = Path(lm_eval.__file__).parent / "tasks"
 SEED = 1234  # simple_evaluate's default fewshot_random_seed
-
-# ---------------------------------------------------------------------------------------------
-# Upstream layout -> the Hugging Face layout lm-eval's YAML reads, one function per benchmark,
-# returning {HF split: records} in the HF dataset's record order.
-
-
-def jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def one(root: Path, pattern: str) -> Path:
-    (path,) = root.glob(pattern)
-    return path
-
-
-def piqa_hf(root: Path) -> dict:
-    """baber/piqa (the ``piqa`` builder): ``X.jsonl`` goal/sol1/sol2 as they are, ``label`` the
-    int on the same line of ``X-labels.lst``; train <- train, validation <- dev."""
-
-    def split(name):
-        data = one(root, f"piqa/**/{name}.jsonl")
-        labels = (data.parent / f"{name}-labels.lst").read_text().split()
-        return [{**d, "label": int(y)} for d, y in zip(jsonl(data), labels, strict=True)]
-
-    return {"train": split("train"), "validation": split("dev")}
-
-
-def winogrande_hf(root: Path) -> dict:
-    """allenai/winogrande ``winogrande_xl``: sentence/option1/option2/answer ("1"/"2", a string)
-    as they are; train <- train_xl.jsonl, validation <- dev.jsonl."""
-    keys = ("sentence", "option1", "option2", "answer")
-    return {
-        split: [{k: d[k] for k in keys} for d in jsonl(one(root, f"winogrande/**/{name}"))]
-        for split, name in (("train", "train_xl.jsonl"), ("validation", "dev.jsonl"))
-    }
-
-
-def stem_choices(doc: dict) -> dict:
-    """question.choices [{"text", "label"}, ...] -> choices {"text": [...], "label": [...]}."""
-    choices = doc["question"]["choices"]
-    return {"text": [c["text"] for c in choices], "label": [c["label"] for c in choices]}
-
-
-def arc_hf(name: str):
-    """allenai/ai2_arc ``name``: id, question <- question.stem, choices <- question.choices
-    transposed, answerKey; train/validation/test <- -Train/-Dev/-Test.jsonl."""
-
-    def mapping(root: Path) -> dict:
-        out = {}
-        for split, part in (("train", "Train"), ("validation", "Dev"), ("test", "Test")):
-            out[split] = [
-                {
-                    "id": d["id"],
-                    "question": d["question"]["stem"],
-                    "choices": stem_choices(d),
-                    "answerKey": d["answerKey"],
-                }
-                for d in jsonl(one(root, f"ai2_arc/{name}/**/{name}-{part}.jsonl"))
-            ]
-        return out
-
-    return mapping
-
-
-def hellaswag_hf(root: Path) -> dict:
-    """Rowan/hellaswag: every field as it is, ``label`` as a string; train <- hellaswag_train,
-    validation <- hellaswag_val."""
-    keys = ("ind", "activity_label", "ctx_a", "ctx_b", "ctx", "endings", "source_id", "split")
-    return {
-        split: [
-            {**{k: d[k] for k in keys}, "split_type": d["split_type"], "label": str(d["label"])}
-            for d in jsonl(one(root, f"hellaswag/**/hellaswag_{name}.jsonl"))
-        ]
-        for split, name in (("train", "train"), ("validation", "val"))
-    }
-
-
-def commonsense_qa_hf(root: Path) -> dict:
-    """tau/commonsense_qa: id, question <- question.stem, question_concept, choices <-
-    question.choices transposed, answerKey; train/validation <- train/dev_rand_split.jsonl."""
-    return {
-        split: [
-            {
-                "id": d["id"],
-                "question": d["question"]["stem"],
-                "question_concept": d["question"]["question_concept"],
-                "choices": stem_choices(d),
-                "answerKey": d["answerKey"],
-            }
-            for d in jsonl(one(root, f"commonsense_qa/**/{name}_rand_split.jsonl"))
-        ]
-        for split, name in (("train", "train"), ("validation", "dev"))
-    }
-
-
-def siqa_hf(root: Path) -> dict:
-    """lighteval/siqa: context/question/answerA-C as they are, ``label`` the string ("1"-"3") on
-    the same line of ``X-labels.lst``; train <- train, validation <- dev."""
-
-    def split(name):
-        data = one(root, f"social_i_qa/**/{name}.jsonl")
-        labels = (data.parent / f"{name}-labels.lst").read_text().split()
-        return [{**d, "label": y} for d, y in zip(jsonl(data), labels, strict=True)]
-
-    return {"train": split("train"), "validation": split("dev")}
-
-
-def mmlu_subject_hf(root: Path, subject: str) -> dict:
-    """cais/mmlu ``subject``: a csv row (question, A, B, C, D, answer letter) -> question,
-    subject, choices <- the four options, answer <- the letter's index; test/dev <- test/dev."""
-
-    def split(name):
-        path = one(root, f"hendrycks_test/{subject}/**/{name}/{subject}_{name}.csv")
-        with path.open(newline="") as f:
-            rows = list(csv.reader(f))
-        return [
-            {"question": r[0], "subject": subject, "choices": r[1:5], "answer": "ABCD".index(r[5])}
-            for r in rows
-        ]
-
-    return {"test": split("test"), "dev": split("dev")}
-
-
-def openbookqa_hf(root: Path) -> dict:
-    """allenai/openbookqa ``main``: id, question_stem <- question.stem, choices <-
-    question.choices transposed, answerKey; train/validation/test <- Main/train/dev/test.jsonl."""
-    return {
-        split: [
-            {
-                "id": d["id"],
-                "question_stem": d["question"]["stem"],
-                "choices": stem_choices(d),
-                "answerKey": d["answerKey"],
-            }
-            for d in jsonl(one(root, f"openbookqa/**/Main/{name}.jsonl"))
-        ]
-        for split, name in (("train", "train"), ("validation", "dev"), ("test", "test"))
-    }
-
-
-def triviaqa_hf(root: Path) -> dict:
-    """mandarjoshi/trivia_qa ``rc.nocontext`` (the ``trivia_qa`` builder): a split is every
-    ``qa/*-train.json`` / ``qa/*-dev.json`` in sorted order, each ``Data`` entry one record:
-    question <- Question stripped, question_id <- QuestionId, answer.aliases <- Answer.Aliases
-    each stripped, answer.value <- Answer.Value stripped."""
-
-    def split(pattern):
-        files = sorted(root.glob(f"trivia_qa/rc.nocontext/**/qa/{pattern}"))
-        return [
-            {
-                "question": d["Question"].strip(),
-                "question_id": d["QuestionId"],
-                "answer": {
-                    "aliases": [a.strip() for a in d["Answer"]["Aliases"]],
-                    "value": d["Answer"]["Value"].strip(),
-                },
-            }
-            for path in files
-            for d in json.loads(path.read_text())["Data"]
-        ]
-
-    return {"train": split("*-train.json"), "validation": split("*-dev.json")}
-
-
-def gsm8k_hf(root: Path) -> dict:
-    """openai/gsm8k ``main``: question/answer as they are; the upstream test.jsonl beside the
-    excerpts where there is one (as the local task), the excerpt's train.jsonl."""
-    test = root.parent / "gsm8k" / "test.jsonl"
-    if not test.is_file():
-        test = one(root, "gsm8k/main/**/test.jsonl")
-    return {"train": jsonl(one(root, "gsm8k/main/**/train.jsonl")), "test": jsonl(test)}
-
-
-# local task -> (lm-eval's YAML, the mapping of the upstream records into its dataset's layout)
-TO_HF = {
-    "piqa": ("piqa/piqa.yaml", piqa_hf),
-    "winogrande": ("winogrande/default.yaml", winogrande_hf),
-    "arc_easy": ("arc/arc_easy.yaml", arc_hf("ARC-Easy")),
-    "arc_challenge": ("arc/arc_challenge.yaml", arc_hf("ARC-Challenge")),
-    "hellaswag": ("hellaswag/hellaswag.yaml", hellaswag_hf),
-    "commonsense_qa": ("commonsense_qa/default.yaml", commonsense_qa_hf),
-    "social_iqa": ("siqa/siqa.yaml", siqa_hf),
-    "openbookqa": ("openbookqa/openbookqa.yaml", openbookqa_hf),
-    "triviaqa": ("triviaqa/default.yaml", triviaqa_hf),
-    "gsm8k": ("gsm8k/gsm8k.yaml", gsm8k_hf),
-}
-NAMES = [*TO_HF, "mmlu"]
 
 # a WikiHow record, in HellaSwag's upstream layout, with the markers lm-eval's process_docs removes
 WIKIHOW = {
@@ -257,14 +80,11 @@ def official_task(yaml_path: Path, splits: dict) -> ConfigurableTask:
     return ConfigurableTask(config={**config, "custom_dataset": lambda **_: data})
 
 
-MMLU_TESTS = "hendrycks_test/*/*/dummy_data/data.tar/data/test/*_test.csv"
-
-
 def official_mmlu(root: Path) -> tuple[Group, list[ConfigurableTask]]:
     """lm-eval's ``mmlu`` group (``mmlu/default``): its four category groups, each with the
     per-subject tasks tagged for it, for every subject in the excerpts."""
     default = LM_EVAL_TASKS / "mmlu" / "default"
-    subjects = sorted(p.name.removesuffix("_test.csv") for p in root.glob(MMLU_TESTS))
+    subjects = mmlu_subjects(root)
     tasks = [official_task(default / f"mmlu_{s}.yaml", mmlu_subject_hf(root, s)) for s in subjects]
     top = Group.from_config(load_yaml(default / "_mmlu.yaml"))
     for category in load_yaml(default / "_mmlu.yaml")["task"]:
@@ -278,15 +98,30 @@ def official_mmlu(root: Path) -> tuple[Group, list[ConfigurableTask]]:
     return top, tasks
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    """The shared excerpts, with the WikiHow record added to HellaSwag (not the full GSM8K test
-    set beside them: 1319 problems, 5-shot, are seconds)."""
-    src = tmp_path_factory.mktemp("eval") / "eval"
-    shutil.copytree(SHARED / "eval" / "benchmark_excerpts", src / "benchmark_excerpts")
-    val = one(src / "benchmark_excerpts", "hellaswag/**/hellaswag_val.jsonl")
+# the real excerpts' requests per benchmark, zero-shot (documents x choices)
+EXCERPT_REQUESTS = {"hellaswag": 4 * 3, "gsm8k": 5, "triviaqa": 4, "mmlu": 4 * 266}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param("written", id="tests-own-records"),
+        pytest.param("excerpts", id="shared-excerpts", marks=pytest.mark.shared_data),
+    ],
+)
+def source(request, tmp_path_factory):
+    """(the benchmark directory, its requests per benchmark): the tests' own records, or the
+    real upstream excerpts of ../shared/data; with the WikiHow record added to HellaSwag."""
+    src = tmp_path_factory.mktemp("eval") / "benchmarks"
+    if request.param == "written":
+        write_benchmarks(src)
+        expected = REQUESTS
+    else:
+        shutil.copytree(SHARED / "eval" / "benchmark_excerpts", src)
+        expected = EXCERPT_REQUESTS
+    val = one(src, "hellaswag/**/hellaswag_val.jsonl")
     val.write_text(val.read_text().rstrip("\n") + "\n" + json.dumps(WIKIHOW) + "\n")
-    return src
+    return src, expected
 
 
 def load_pairs(source: Path, tmp_path: Path) -> tuple[dict, TaskManager]:
@@ -295,12 +130,11 @@ def load_pairs(source: Path, tmp_path: Path) -> tuple[dict, TaskManager]:
     assert set(build_local_tasks(source, out)) == {f"local_{n}" for n in NAMES}
     manager = TaskManager(include_path=str(out), include_defaults=False)
     local = manager.load([f"local_{n}" for n in NAMES])["tasks"]
-    root = source / "benchmark_excerpts"
     pairs = {
-        name: (local[f"local_{name}"], official_task(LM_EVAL_TASKS / path, to_hf(root)))
+        name: (local[f"local_{name}"], official_task(LM_EVAL_TASKS / path, to_hf(source)))
         for name, (path, to_hf) in TO_HF.items()
     }
-    pairs["mmlu"] = (local["local_mmlu"], official_mmlu(root))
+    pairs["mmlu"] = (local["local_mmlu"], official_mmlu(source))
     return pairs, manager
 
 
@@ -313,6 +147,7 @@ def requests(task, shots: int) -> list[tuple]:
 
 @pytest.mark.slow
 def test_every_request_equals_lm_evals_string_for_string(source, tmp_path):
+    source, expected_requests = source
     pairs, _ = load_pairs(source, tmp_path)
     differ, compared = [], {}
     for name, (local, official) in pairs.items():
@@ -329,8 +164,7 @@ def test_every_request_equals_lm_evals_string_for_string(source, tmp_path):
         compared[name] = len(expected)
     assert not differ, f"not lm-eval's: {differ}"
     # every document of every benchmark, the WikiHow one included
-    assert compared["hellaswag"] == 4 * 3 and compared["gsm8k"] == 5
-    assert compared["triviaqa"] == 4 and compared["mmlu"] == 4 * 266
+    assert {name: compared[name] for name in expected_requests} == expected_requests
 
 
 # the YAML keys that decide what is asked and how it is scored, besides the prompt strings
@@ -350,6 +184,7 @@ KEYS = (
 
 @pytest.mark.slow
 def test_delimiters_splits_generation_filters_and_metrics_are_lm_evals(source, tmp_path):
+    source, _ = source
     pairs, _ = load_pairs(source, tmp_path)
     differ = []
     for name, (local, official) in pairs.items():
@@ -397,13 +232,12 @@ class FakeLM(LM):
 def generations(source: Path) -> dict[str, str]:
     """The fake model's generation for each question's prompt (lm-eval's): the right answer in
     one of several formats, or a wrong one, in turn."""
-    root = source / "benchmark_excerpts"
     answers = {}
-    for i, doc in enumerate(triviaqa_hf(root)["validation"]):
+    for i, doc in enumerate(triviaqa_hf(source)["validation"]):
         alias = doc["answer"]["aliases"][-1]
         formats = [f" {alias}", f" {alias.upper()}!", f"\n {alias}", f" {alias} and more", " Oslo"]
         answers[f"Question: {doc['question']}?\nAnswer:"] = formats[i % len(formats)]
-    for i, doc in enumerate(gsm8k_hf(root)["test"]):
+    for i, doc in enumerate(gsm8k_hf(source)["test"]):
         number = doc["answer"].split("####")[-1].strip()
         formats = [
             f" {doc['answer']}",  # strict-match and flexible-extract right
@@ -428,6 +262,7 @@ def per_doc(samples: list[dict], filters: set[str]) -> list[tuple]:
 
 @pytest.mark.slow
 def test_a_fixed_fake_model_scores_the_same_on_both(source, tmp_path):
+    source, _ = source
     pairs, manager = load_pairs(source, tmp_path)
     local = [task for task, _ in pairs.values()]
     official = [task for name, (_, task) in pairs.items() if name != "mmlu"]

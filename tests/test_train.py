@@ -283,17 +283,20 @@ def test_in_loop_downstream_calls_the_evaluator_given_at_its_cadence(corpus, tmp
         calls.append((type(model), list(tasks), limit, data, include, micro_batch))
         return {"downstream/fake/acc": float(len(calls))}
 
+    data = tmp_path / "benchmarks"  # read by the evaluator alone: must only exist
+    data.mkdir()
+    run_dir = tmp_path / "run"
     settings = {
         "trainer.downstream_every": 6,
         "trainer.downstream_tasks": "[piqa]",
         "trainer.downstream_limit": 3,
-        "trainer.downstream_data": "/data/eval",
+        "trainer.downstream_data": str(data),
     }
-    config, config_yaml = compose(tiny_overrides(corpus, tmp_path, **settings))
+    config, config_yaml = compose(tiny_overrides(corpus, run_dir, **settings))
     assert train(config, config_yaml, downstream=evaluator) == 0
-    include = tmp_path / "downstream_tasks"
-    assert calls == [(Llama, ["piqa"], 3, "/data/eval", include, 2)] * 2
-    scored = [m for m in metrics(tmp_path) if "downstream/seconds" in m]
+    include = run_dir / "downstream_tasks"
+    assert calls == [(Llama, ["piqa"], 3, str(data), include, 2)] * 2
+    scored = [m for m in metrics(run_dir) if "downstream/seconds" in m]
     assert [(m["step"], m["downstream/fake/acc"]) for m in scored] == [(6, 1.0), (12, 2.0)]
 
 

@@ -15,6 +15,7 @@ configs and bytes) is checked by the trainer's resume, also before anything is w
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,6 +42,13 @@ def check_config(
         check_inputs(config.data)
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    data_dir = config.trainer.downstream_data
+    if config.trainer.downstream_every and data_dir and not Path(data_dir).is_dir():
+        raise ConfigError(
+            f"trainer.downstream_data={data_dir}: no such directory; write the benchmarks there "
+            f"once, where the Hugging Face Hub is reachable, with `python -m "
+            f"eval.fetch_benchmarks {data_dir}`"
+        )
     if config.trainer.downstream_every and not has_downstream_evaluator:
         raise ConfigError(
             f"trainer.downstream_every={config.trainer.downstream_every} needs a downstream "

@@ -213,9 +213,10 @@ class TrainerConfig:
     downstream_tasks: lm-eval task names (the paper's multiple-choice tasks by default; with
         ``downstream_data`` the local copies of the same names are used).
     downstream_limit: documents per task and evaluation (None: all).
-    downstream_data: a directory of upstream benchmark files (e.g. ``../shared/data/eval``)
-        to build lm-eval tasks from offline (``eval.local_tasks``); empty: lm-eval's own
-        tasks, which download their data from the Hugging Face Hub.
+    downstream_data: a directory of the benchmarks' published files, as ``python -m
+        eval.fetch_benchmarks DIR`` writes them, to build lm-eval tasks from offline
+        (``eval.local_tasks``); empty: lm-eval's own tasks, which download their data from the
+        Hugging Face Hub.
     profile_steps: ``[first, last]``: profile those steps (as logged, from 1) into
         ``<run_dir>/profile/`` (``training/instruments/profiling.py``: a Chrome trace per rank; on
         CUDA a memory snapshot too); empty: no profiling.

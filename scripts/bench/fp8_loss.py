@@ -1,6 +1,6 @@
 """bf16 against FP8 training loss, per activation, over a short run at a small size (a GPU).
 
-    python -m scripts.bench.fp8_loss --data ../shared/data/c4 --activations relu2 xielu \
+    python -m scripts.bench.fp8_loss --data /path/to/c4 --activations relu2 xielu \
         --float8 none tensorwise rowwise --seeds 0 1
 
 Each (activation, recipe, seed) is one ``train.py`` run of paper_1b's recipe (bf16, WSD)
