@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from model.document_attention import KERNELS
 from xielu import is_gated
+from xielu.registry import check_options
 
 # A plain MLP (up/down) has 2 matrices, a gated one (gate/up/down) 3: widening the plain hidden
 # size by 3/2 gives both the same parameters and FLOPs (paper, section 4: 6144 vs 9216).
@@ -172,6 +173,13 @@ class ModelConfig:
                 f"below model.rope_high_freq_factor={self.rope_high_freq_factor}"
             )
         is_gated(self.activation)  # raises with the list of valid names
+        try:
+            check_options(self.activation, dict(self.activation_kwargs))
+        except ValueError as error:
+            raise ValueError(
+                f"model.activation_kwargs={dict(self.activation_kwargs)} for model.activation="
+                f"{self.activation}: {error}"
+            ) from None
         if self.parametrization not in PARAMETRIZATIONS:
             raise ValueError(
                 f"model.parametrization={self.parametrization!r} is not one of "

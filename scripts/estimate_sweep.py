@@ -15,6 +15,7 @@ runs; ``--mfu`` sets another. GH200 is counted at the H100 SXM peak (the same Ho
 from __future__ import annotations
 
 import argparse
+import math
 
 from data import load_tokenizer
 from model import count_parameters, training_flops_per_token
@@ -57,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         "--peak", type=float, default=PEAK_BF16_FLOPS["H100"], help="FLOP/s per GPU"
     )
     args = parser.parse_intermixed_args(argv)
+    if args.gpus < 1:
+        parser.error(f"--gpus must be a positive number of GPUs, got {args.gpus}")
+    if not 0 < args.mfu <= 1:  # NaN fails it too
+        parser.error(f"--mfu must lie in (0, 1], got {args.mfu}")
+    if not 0 < args.peak < math.inf:
+        parser.error(f"--peak must be a positive finite FLOP/s, got {args.peak}")
     rate = args.mfu * args.peak
     extra = list(args.overrides)
     if not any(o.startswith("data.paths=") for o in extra):

@@ -46,6 +46,7 @@ from training.errors import ConfigError
 from training.runtime.preemption import EXIT_PREEMPTED
 from training.sweeps import (
     ROOT,
+    SWEEPS,
     check_run_dirs,
     commands,
     expand,
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("sweep", help="a file in configs/sweep/ (ablation, main, mini_ablation)")
+    shipped = ", ".join(sorted(p.stem for p in SWEEPS.glob("*.yaml")))
+    parser.add_argument("sweep", help=f"a file in configs/sweep/: {shipped}")
     parser.add_argument("overrides", nargs="*", help="appended to every job")
     parser.add_argument(
         "--launcher",
@@ -200,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"sweep {args.sweep}: no job has {' '.join(args.only)}")
         if not args.dry_run:
             check_run_dirs(jobs)
+        elif "tuned_by" not in sweep:  # a tuned sweep's directories name the rates to come
+            # the run directories only: a dry run names no data, and reads none
+            given = any(o.startswith("data.paths=") for o in args.overrides)
+            check_run_dirs(jobs if given else [[*job, "data.paths=[/not/read]"] for job in jobs])
     except ValueError as error:  # a job that does not compose: one line, naming the key
         raise SystemExit(
             f"sweep {args.sweep}: {error} (settings for every job go after the sweep's "

@@ -64,7 +64,8 @@ def test_every_recipe_is_refused_on_a_cpu_before_any_work_saying_what_to_do():
 
 
 def test_float8_needs_bf16_autocast_and_says_so():
-    why = float8.refusal("tensorwise", "fp32", CPU)
+    """On a GPU (the CPU is refused first, for the device: no precision makes it run there)."""
+    why = float8.refusal("tensorwise", "fp32", torch.device("cuda"))
     assert "trainer.precision=bf16" in why
 
 

@@ -76,3 +76,40 @@ def test_a_module_whose_own_import_fails_is_not_called_missing(tmp_path, monkeyp
     message = r"XIELU_PLUGINS: half_written cannot be loaded: ModuleNotFoundError.*either"
     with pytest.raises(ConfigError, match=message):
         plugin_components(ExperimentConfig())
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (
+            "def components(config):\n    raise RuntimeError('no GPU here')\n",
+            r"broken\.py's components\(config\) raised RuntimeError: no GPU here",
+        ),
+        ("components = 3\n", r"broken\.py's components is not a function: 3"),
+    ],
+)
+def test_a_components_function_that_fails_or_is_none_is_refused_naming_the_plugin(
+    source, message, tmp_path, monkeypatch
+):
+    (tmp_path / "broken.py").write_text(source)
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(tmp_path / "broken.py"))
+    with pytest.raises(ConfigError, match=rf"^XIELU_PLUGINS: .*{message}"):
+        plugin_components(ExperimentConfig())
+
+
+def test_a_plugin_component_named_like_a_shipped_one_is_refused_naming_both(
+    corpus, tmp_path, monkeypatch
+):
+    """A plugin's ``health`` beside the trainer's own: "component names repeat" named neither
+    whose they were."""
+    from train_helpers import compose, tiny_overrides
+    from training.loop import Trainer
+
+    (tmp_path / "clash.py").write_text(
+        PLUGIN.replace('"probe_" + str(config.trainer.steps)', '"health"')
+    )
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(tmp_path / "clash.py"))
+    config, config_yaml = compose(tiny_overrides(corpus, tmp_path / "run"))
+    with pytest.raises(ConfigError, match=r"'health' .*StepHealth.* and .*clash.*Probe"):
+        Trainer(config, config_yaml, components=plugin_components(config))
+    assert not (tmp_path / "run").exists()

@@ -160,7 +160,14 @@ def test_no_sequence_of_starts_stops_kills_and_damage_loses_work(seed, tmp_path)
     run = Run(tmp_path / "run")
     empty = tmp_path / "empty.json.gz"  # a file of the corpus's kind with no document in it
     empty.write_bytes(gzip.compress(b""))
-    bad_input = ["optim.lr=nan", "optim.grad_clip=inf", f"data.paths=[{empty}]"]
+    bad_input = [
+        "optim.lr=nan",
+        "optim.grad_clip=inf",
+        f"data.paths=[{empty}]",
+        "data.source=builtin",  # beside data.paths, which it would not read
+        "+model.activation_kwargs.foo=1",
+        "optim.weight_decay=1000",  # x optim.lr: every weight flipped each step
+    ]
     base = MIXTURE_AND_RAMP if seed % 3 == 1 else ()
     history = []
     for i in range(EVENTS):

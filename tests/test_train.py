@@ -162,11 +162,12 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path, caplog
             many,
             **{"trainer.max_bad_steps": 2, "trainer.checkpoint_every": 2},
         ),
-        fault_components(nan_steps=[1, 2, 3, 4]),
+        fault_components(nan_steps=[2, 3, 4]),
     )
     assert code == 3
-    assert "2 consecutive steps had a non-finite loss" in caplog.text  # max_bad_steps=2: at 2
-    # skipped updates keep the weights finite: the step-2 checkpoint is the last good state
+    assert "2 consecutive steps had a non-finite loss" in caplog.text  # max_bad_steps=2: at 4
+    # steps 3 and 4 non-finite, two in a row: the run stops at step 4, before its checkpoint;
+    # step 2's is the last good state
     names = [p.name for p in (many / "checkpoints").iterdir()]
     assert names == ["step_000002"]
 

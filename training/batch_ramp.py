@@ -29,7 +29,7 @@ class BatchPlan:
     def __init__(self, config: ExperimentConfig, world_size: int = 1) -> None:
         self.seq_len, self.steps = config.data.seq_len, config.trainer.steps
         self.per_micro_batch = config.trainer.micro_batch * world_size  # sequences, all ranks
-        self.ramped = bool(config.trainer.batch_ramp)
+        self.ramped, self.ramp = bool(config.trainer.batch_ramp), config.trainer.batch_ramp
         # (first step, tokens before it, batch) of each stage that starts
         self.stages = [(0, 0, config.sequences_per_step)]
         for stage in config.trainer.batch_ramp:
@@ -43,16 +43,25 @@ class BatchPlan:
         return self.stages[bisect.bisect_right(self.starts, step) - 1]
 
     def warnings(self) -> list[str]:
-        """A stage whose batch is smaller than the one before it: run as asked (a smaller batch
-        for the cooldown is a choice some make) but said at the start, since it is more often a
-        typo. The trainer logs these."""
+        """A stage whose batch is smaller than the one before it, or that starts at or after
+        the run's last token: run as asked (a smaller batch for the cooldown is a choice some
+        make; a ramp written for a longer run) but said at the start, since each is more often
+        a typo. The trainer logs these."""
         batches = [batch for _, _, batch in self.stages]  # the base, then each stage's
-        return [
+        said = [
             f"trainer.batch_ramp[{i}].global_batch={batches[i + 1]} is smaller than the "
             f"{batches[i]} before it: the batch shrinks there, as asked"
             for i in range(len(batches) - 1)
             if batches[i + 1] < batches[i]
         ]
+        last = self.tokens_before(self.steps)
+        said += [
+            f"trainer.batch_ramp[{i}] starts at {stage.tokens} tokens, which this run never "
+            f"reaches: it ends at {last} tokens (trainer.steps={self.steps})"
+            for i, stage in enumerate(self.ramp)
+            if stage.tokens >= last
+        ]
+        return said
 
     def batch(self, step: int) -> int:
         """The global batch (sequences) of ``step`` (0-based: the step about to be taken)."""

@@ -22,7 +22,7 @@ import torch
 
 from data import check_inputs, get_source
 from training.batch_ramp import check_batch_ramp
-from training.config import ExperimentConfig, check_finite, check_trainer
+from training.config import ExperimentConfig, check_finite, check_trainer, config_value
 from training.errors import ConfigError
 from training.runtime.float8 import refusal as float8_refusal
 from training.runtime.parallelize import resolve_precision
@@ -42,6 +42,9 @@ def check_config(
         check_inputs(config.data)
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    run_dir = Path(config.trainer.run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"trainer.run_dir={run_dir} is a file, not a directory")
     data_dir = config.trainer.downstream_data
     if config.trainer.downstream_every and data_dir and not Path(data_dir).is_dir():
         raise ConfigError(
@@ -55,6 +58,54 @@ def check_config(
             "evaluator: train.py passes eval.downstream.during_training; from Python, "
             "training.loop.train(config, config_yaml, downstream=during_training)"
         )
+
+
+# settings read only while another turns their part on: (keys, whether the part is on, what
+# turns it on); set away from their defaults while it is off, they change nothing
+READ_ONLY_WHEN = (
+    (
+        (
+            "optim.ademamix_alpha",
+            "optim.ademamix_beta3",
+            "optim.ademamix_alpha_warmup",
+            "optim.ademamix_beta3_warmup",
+        ),
+        lambda c: c.optim.name == "ademamix",
+        "optim.name=ademamix",
+    ),
+    (("optim.muon_lr", "optim.muon_momentum"), lambda c: c.optim.name == "muon", "optim.name=muon"),
+    (
+        ("optim.goldfish_h", "optim.goldfish_rule"),
+        lambda c: c.optim.goldfish_k > 0,
+        "optim.goldfish_k >= 2",
+    ),
+    (
+        ("trainer.spike_threshold", "trainer.spike_skip", "trainer.spike_skip_limit"),
+        lambda c: c.trainer.spike_window > 0,
+        "trainer.spike_window >= 2",
+    ),
+    (
+        ("trainer.downstream_tasks", "trainer.downstream_limit", "trainer.downstream_data"),
+        lambda c: c.trainer.downstream_every > 0,
+        "trainer.downstream_every >= 1",
+    ),
+)
+
+
+def unread_settings(config: ExperimentConfig) -> list[str]:
+    """One line naming every setting this run does not read although it is set away from its
+    default (AdEMAMix's left by ``recipe=apertus`` under ``optim.name=muon``), or none. Said,
+    not refused: a recipe sets a part's knobs whether or not a later override turns it off."""
+    default = ExperimentConfig()
+    unread = []
+    for keys, is_on, turned_on_by in READ_ONLY_WHEN:
+        if is_on(config):
+            continue
+        changed = [k for k in keys if config_value(config, k) != config_value(default, k)]
+        unread += [f"{k}={config_value(config, k)!r} (read with {turned_on_by})" for k in changed]
+    if not unread:
+        return []
+    return [f"settings not read by this run, set as they are: {'; '.join(unread)}"]
 
 
 def check_on_device(config: ExperimentConfig, device: torch.device) -> None:

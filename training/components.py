@@ -35,7 +35,7 @@ import enum
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from training.errors import CheckpointFormatError
+from training.errors import CheckpointFormatError, ConfigError
 
 
 class Stateful(Protocol):
@@ -145,6 +145,19 @@ class TrainerState:
                 part.load_state_dict(state[name])
 
 
+def _repeated(components: list[Component]) -> str:
+    """Each name held by more than one component, with whose they are (module and class): a
+    plugin's component named like a shipped one (docs/extending.md) names the plugin."""
+    owners: dict[str, list[str]] = {}
+    for c in components:
+        owners.setdefault(c.name, []).append(f"{type(c).__module__}.{type(c).__qualname__}")
+    return "; ".join(
+        f"{name!r} by {' and '.join(classes)}"
+        for name, classes in owners.items()
+        if len(classes) > 1
+    )
+
+
 class Components:
     """The trainer's components in order, the hook points that run them, and the end-of-step
     work a stop signal left pending (its state: ``{"pending": [names]}``)."""
@@ -154,7 +167,7 @@ class Components:
         self.last = last
         self.by_name = {c.name: c for c in self.all}
         if len(self.by_name) != len(self.all):
-            raise ValueError(f"component names repeat: {[c.name for c in self.all]}")
+            raise ConfigError(f"component names repeat: {_repeated(self.all)}")
         self.cadenced = [c for c in self.all if _overrides(c, "step_end")]
         self.pending: list[str] = []
 

@@ -463,6 +463,11 @@ def check_trainer(config: ExperimentConfig, world_size: int = 1) -> None:
             f"{given} is not divisible by trainer.micro_batch={t.micro_batch} x world size "
             f"{world_size}"
         )
+    if not t.run_dir:
+        raise ConfigError(
+            "trainer.run_dir is empty: the run would write into, and resume from, the current "
+            "directory; name one (the default is runs/${name}-${model.activation})"
+        )
     if t.spike_window == 1:
         raise ConfigError(f"trainer.spike_window={t.spike_window} must be 0 (off) or >= 2")
     p = t.profile_steps
@@ -493,8 +498,37 @@ def check_trainer(config: ExperimentConfig, world_size: int = 1) -> None:
         )
 
 
+# Goldfish's paper rule takes an int64 hash of the ids modulo k (training/loss_mask.py)
+GOLDFISH_K_MAX = 2**63 - 1
+
+
+def decayed_rates(o: OptimConfig) -> list[tuple[str, float]]:
+    """(what names it, peak rate) of each parameter group weight decay applies to: decoupled
+    decay multiplies those weights by 1 - rate x weight_decay every step (training/optim.py's
+    groups; µP's hidden group divides the rate and multiplies the decay by the same factor)."""
+    rates = [("optim.lr", o.lr)]
+    if o.name == "muon":
+        rates.append(("optim.muon_lr", o.muon_lr))
+    if o.decay_activation_scalars:
+        rates.append(("optim.lr x optim.scalar_lr_multiplier", o.lr * o.scalar_lr_multiplier))
+    return rates
+
+
 def check_optimizer(o: OptimConfig) -> None:
     """The optimizer's keys that a bound or a list of choices cannot say, refused by name."""
+    for name, rate in decayed_rates(o):
+        if rate * o.weight_decay >= 1:
+            raise ConfigError(
+                f"optim.weight_decay={o.weight_decay:g} x {name}={rate:g} = "
+                f"{rate * o.weight_decay:g}: each step would multiply those weights by "
+                f"{1 - rate * o.weight_decay:g}, zeroing or flipping them; the product must "
+                "stay below 1 (0.1 x 1e-3 is usual)"
+            )
+    if o.goldfish_k > GOLDFISH_K_MAX:
+        raise ConfigError(
+            f"optim.goldfish_k={o.goldfish_k} is past 2**63 - 1: the ids' hash is an int64 "
+            "taken modulo k (and 1/k of the targets is already none at far smaller k)"
+        )
     if o.goldfish_k == 1:
         raise ConfigError(
             "optim.goldfish_k=1 would leave every target out of the loss: 0 turns Goldfish "

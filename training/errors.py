@@ -56,11 +56,22 @@ class IncompatibleCheckpointError(RuntimeError):
 
     def __init__(self, path: Path, error: BaseException) -> None:
         self.path, self.cause = path, error
+        # the state's keys in the error say which part does not fit (training.checkpoint.state)
+        if "optim." in str(error):
+            part = (
+                "the optimizer's state differs from the run's (optim.name, or its settings, on "
+                "the command line against the config.yaml in that checkpoint: its moments are "
+                "another optimizer's)"
+            )
+        else:
+            part = (
+                "Most often the model differs from the run's (model.* on the command line "
+                "against the config.yaml in that checkpoint)"
+            )
         super().__init__(
             f"{path} is intact (its files are the ones written) but does not load into this "
-            f"run: {type(error).__name__}: {error}\\nNothing was changed. Most often the model "
-            "differs from the run's (model.* on the command line against the config.yaml in "
-            "that checkpoint): run the command that started it, or give this run another "
+            f"run: {type(error).__name__}: {error}\nNothing was changed. {part[0].upper()}"
+            f"{part[1:]}: run the command that started it, or give this run another "
             "trainer.run_dir. If you know the checkpoint is bad, move it out of checkpoints/ "
             "and rerun to resume from the one before."
         )

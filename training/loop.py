@@ -22,7 +22,12 @@ from model import Llama
 from training.axes import write_run_files
 from training.batch_ramp import BatchPlan
 from training.checkpoint import Checkpointing, remove_crashed_saves
-from training.checks import check_against_tokenizer, check_config, check_on_device
+from training.checks import (
+    check_against_tokenizer,
+    check_config,
+    check_on_device,
+    unread_settings,
+)
 from training.components import Component, Components, TrainerState, keeps_state
 from training.config import ExperimentConfig
 from training.errors import CheckpointWriteError, NonFiniteTrainingError
@@ -188,6 +193,8 @@ class Trainer:
             total = distributed.all_reduce_sum([loss_sum.item()], env.device)[0]
             loss = total / (self.accumulation * env.world_size)
             self.record = {"loss": loss, "lr": lr, "grad_norm": float(grad_norm)}
+            if c.optim.name == "muon":  # the matrices' rate: the schedule's, scaled
+                self.record["muon_lr"] = lr * c.optim.muon_lr / c.optim.lr
             return self.components.before_update(self, step, loss, self.record["grad_norm"])
 
         try:
@@ -225,7 +232,7 @@ class Trainer:
             wandb, name = self.config.logging.wandb, self.config.name
             self.logger = MetricsLogger(self.run_dir, wandb, config, name, self.resumed_at)
             log.info(opening_line(self))
-            for warning in self.plan.warnings():
+            for warning in [*self.plan.warnings(), *unread_settings(self.config)]:
                 log.warning("%s", warning)
 
     def release_model(self) -> None:

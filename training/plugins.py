@@ -62,7 +62,17 @@ def plugin_components(config: ExperimentConfig) -> list[Component]:
             raise ConfigError(
                 f"{ENVIRONMENT_VARIABLE}: {entry} defines no components(config) function"
             )
-        made = make(config)
+        if not callable(make):
+            raise ConfigError(
+                f"{ENVIRONMENT_VARIABLE}: {entry}'s components is not a function: {make!r}"
+            )
+        try:
+            made = make(config)
+        except Exception as error:  # anyone's code: say whose, before anything is written
+            raise ConfigError(
+                f"{ENVIRONMENT_VARIABLE}: {entry}'s components(config) raised "
+                f"{type(error).__name__}: {error}"
+            ) from error
         if not isinstance(made, (list, tuple)) or not all(
             isinstance(component, Component) for component in made
         ):

@@ -43,6 +43,7 @@ FIXED_KEYS = {
 MAY_CHANGE = {
     "model.loss_chunk_tokens": "how the loss is cut into pieces in memory, not what it computes",
     "model.attention": "which kernel keeps attention within documents, not what it computes",
+    "model.activation_kwargs.backend": "which kernel computes the activation, not what it is",
     "data.num_workers": "the data position is re-partitioned over the new workers",
     "data.hub_retries": "how often a failing read from the Hub is retried",
     "data.hub_backoff_s": "how long a retry of the Hub waits",
@@ -51,12 +52,14 @@ MAY_CHANGE = {
 
 
 def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
-    """``{dotted key: value}`` for every leaf of a config dataclass (lists as lists)."""
+    """``{dotted key: value}`` for every leaf of a config dataclass (lists as lists), the
+    activation's options each its own key (``model.activation_kwargs.backend``); an empty
+    mapping has no leaf, so an option added is the one key that changed."""
     node = asdict(config) if is_dataclass(config) else config
     out: dict[str, Any] = {}
     for key, value in node.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value and not dotted.endswith("activation_kwargs"):
+        if isinstance(value, dict):
             out.update(flatten(value, f"{dotted}."))
         else:
             out[dotted] = list(value) if isinstance(value, tuple) else value

@@ -37,7 +37,10 @@ class StepHealth(Component):
     def from_trainer(cls, trainer: Any) -> StepHealth:
         t = trainer.config.trainer
         spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
-        return cls(t.max_bad_steps, spikes, t.spike_skip, t.spike_skip_limit)
+        rates = "optim.lr"
+        if trainer.config.optim.name == "muon":
+            rates = "optim.muon_lr (Muon's matrices) or optim.lr"
+        return cls(t.max_bad_steps, spikes, t.spike_skip, t.spike_skip_limit, rates)
 
     def __init__(
         self,
@@ -45,9 +48,11 @@ class StepHealth(Component):
         spikes: SpikeMonitor | None,
         skip_spikes: bool,
         skip_limit: int = 5,
+        rates: str = "optim.lr",
     ) -> None:
+        """``rates``: the settings a run that diverges should lower, named in the stop."""
         self.max_bad_steps, self.spikes, self.skip_spikes = max_bad_steps, spikes, skip_spikes
-        self.skip_limit = skip_limit
+        self.skip_limit, self.rates = skip_limit, rates
         self.skipped = 0  # updates skipped over the run, for any reason
         self.bad_in_a_row = 0  # consecutive non-finite steps
         self.spikes_in_a_row: list[dict[str, float]] = []  # the values of skipped spikes
@@ -128,7 +133,7 @@ class StepHealth(Component):
             raise NonFiniteTrainingError(
                 f"{self.bad_in_a_row} consecutive steps had a non-finite loss or gradient "
                 f"(trainer.max_bad_steps={self.max_bad_steps}); stopping without checkpointing. "
-                "Lower optim.lr, check the data, or resume from the last checkpoint."
+                f"Lower {self.rates}, check the data, or resume from the last checkpoint."
             )
 
     @property

@@ -74,16 +74,34 @@ def last_validation(run_dir: str | Path) -> dict | None:
     return records[-1] if records else None
 
 
-def coverage(tokens: int | None, eval_batches: int, run_dir: str | Path) -> str:
-    """What a logged validation loss covers: all of the held-out slice, or a part of it."""
+def coverage(
+    tokens: int | None, eval_batches: int, run_dir: str | Path, per_source: bool = False
+) -> str:
+    """What a logged validation loss covers: all of the held-out slice, or a part of it (a
+    mixture holds out and validates each source on its own: batches per source)."""
     if tokens is None:
         return ""
     if not eval_batches:
         return f". Over the whole held-out slice ({tokens:,} tokens)."
+    unit = "source and rank" if per_source else "rank"
     return (
         f". Over {tokens:,} held-out tokens, the first trainer.eval_batches={eval_batches} "
-        f"batches per rank; python -m eval.perplexity {run_dir} scores the whole slice."
+        f"batches per {unit}; python -m eval.perplexity {run_dir} scores the whole slice."
     )
+
+
+def validation_lines(record: dict, config: ExperimentConfig, run_dir: str | Path) -> list[str]:
+    """What the validation ``record`` covers and, for a mixture, each source's loss in it."""
+    names = [entry.name for entry in config.data.sources]
+    lines = [coverage(record.get("val/tokens"), config.trainer.eval_batches, run_dir, bool(names))]
+    parts = [
+        f"{name} {record[f'val/loss/{name}']:.3f} ({record[f'val/tokens/{name}']:,} tokens)"
+        for name in names
+        if f"val/loss/{name}" in record
+    ]
+    if parts:
+        lines.append(f"validation loss per source, nats/token: {', '.join(parts)}")
+    return lines
 
 
 def why_no_validation(config: ExperimentConfig) -> str:
@@ -192,15 +210,16 @@ def run_summary(
     ``metrics.jsonl``; ``entropy`` to that of ``validation_batches``' targets (the trainer
     passes the one of every rank's share: ``target_counts`` summed over ranks).
     """
-    tokens = None
+    last: dict = {}
     if val_loss is None:
         last = last_validation(run_dir) or {}
-        val_loss, tokens = last.get("val/loss"), last.get("val/tokens")
+        val_loss = last.get("val/loss")
     if entropy is None:
         entropy = unigram_entropy(validation_batches or [])
-    covered = coverage(tokens, config.trainer.eval_batches, run_dir) if val_loss else ""
+    covered, *per_source = validation_lines(last, config, run_dir) if val_loss else [""]
     return [
         loss_line(val_loss, entropy, tokenizer.name, why_no_validation(config)) + covered,
+        *per_source,
         sample_line(model, tokenizer, config.data.tokenizer.add_bos, max_new_tokens),
         *next_commands(run_dir, config),
     ]

@@ -113,6 +113,17 @@ def get_activation(name: str, **kwargs) -> Activation:
     return spec.factory(**kwargs)
 
 
+def check_options(name: str, options: dict) -> None:
+    """Build ``name`` with ``options`` once, on the CPU, and throw it away: an option it does
+    not take, a value it cannot hold (a string for a float, an alpha of 0 under softplus) or a
+    backend nobody knows is then refused where settings are checked, with the activation's own
+    message (a ValueError), rather than when the model is built."""
+    try:
+        get_activation(name, **options)
+    except (TypeError, ValueError) as error:
+        raise ValueError(str(error)) from None
+
+
 def from_hf_name(hidden_act: str, gated: bool) -> tuple[str, dict[str, object]] | None:
     """The registered activation (name, options) that transformers' ``hidden_act`` stands for,
     in a gated MLP or a plain one; None if there is none.

@@ -56,5 +56,17 @@ def check_sources(config: DataConfig) -> None:
 
 def check_inputs(config: DataConfig) -> None:
     """The files the config names exist and can be read as configured (each source's own
-    ``check_inputs``; a mixture's names the entry). Raises ValueError naming the key."""
-    get_source(config.source).check_inputs(config)
+    ``check_inputs``; a mixture's names the entry), and a single source that reads no files is
+    named none (``data.paths`` without ``data=local`` trained on the builtin corpus). Raises
+    ValueError naming the key.
+
+    That last rule is a mixture entry's (``check_sources``) for the run that starts; configs
+    composed only to be inspected (sweeps' run directories, their price, the docs' counts) pass
+    placeholder paths for every experiment, since local sources need some."""
+    source = get_source(config.source)
+    if config.paths and not config.sources and not (source.needs_paths or source.reads_paths):
+        raise ValueError(
+            f"data.paths: data.source={config.source} reads no data.paths (they would be "
+            "ignored); to train on those files add data=local (text) or data=tokenized (shards)"
+        )
+    source.check_inputs(config)

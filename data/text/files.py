@@ -26,6 +26,8 @@ from data.documents import document_text
 from data.paths import expand_paths, fingerprint, listing
 
 log = logging.getLogger(__name__)
+# the unreadable files already named by this process (each is still skipped, and counted)
+_SAID_UNREADABLE: set[str] = set()
 
 TEXT_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".json.gz", ".json")
 
@@ -66,7 +68,9 @@ class TextSource:
             try:
                 meta = pq.ParquetFile(path).metadata
             except Exception as error:  # truncated or not parquet at all
-                log.warning("skipping unreadable parquet file %s: %s", path, error)
+                if path not in _SAID_UNREADABLE:  # every reader of the list finds it
+                    _SAID_UNREADABLE.add(path)
+                    log.warning("skipping unreadable parquet file %s: %s", path, error)
                 self.unreadable.append(index)
                 continue
             names = meta.schema.names

@@ -42,6 +42,27 @@ def by_optimizer(runs: list[Run], base: int, selection_seed: int, baseline: str)
     return out
 
 
+def why_empty(
+    runs: list[Run], report: dict[str, dict], base: int, selection_seed: int, baseline: str
+) -> str | None:
+    """Why the tables would be empty (no rate chosen, no gap to the baseline), naming the
+    flags and what the runs hold; None when they are not."""
+    widths = ", ".join(map(str, sorted({r.width for r in runs})))
+    seeds = ", ".join(map(str, sorted({r.seed for r in runs})))
+    if not any(part["rates"] for part in report.values()):
+        return (
+            f"no finished run at --base {base} with --selection-seed {selection_seed} to choose "
+            f"the rates from: the runs have widths {widths} and seeds {seeds}"
+        )
+    if not any("diff" in row for part in report.values() for row in part["rows"]):
+        activations = ", ".join(sorted({r.activation for r in runs}))
+        return (
+            f"no gap to --baseline {baseline}: no run of it pairs with another's seed at its "
+            f"chosen rate; the runs' activations are {activations}, their seeds {seeds}"
+        )
+    return None
+
+
 def _loss(row: dict | None) -> str:
     if row is None:
         return "-"
@@ -152,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = read_runs(args.runs)
     report = by_optimizer(runs, args.base, args.selection_seed, args.baseline)
+    why = why_empty(runs, report, args.base, args.selection_seed, args.baseline)
+    if why:
+        raise SystemExit(why)
     lines = tables(report, args.baseline)
     print("\n".join(lines))
     if args.out:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,19 @@ class Checkpointing(Component):
         trainer.record["checkpoint_stall_s"] = self.writer.stall_s
 
     def step_end(self, trainer: Any, step: int) -> None:
+        loss, grad_norm = trainer.record.get("loss", 0.0), trainer.record.get("grad_norm", 0.0)
+        if step and not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            # its update was skipped, but what made it non-finite may be in the weights (a rate
+            # that blew them up while they stay finite): the last good checkpoint stays newest.
+            # The loss is summed over ranks and the norm global, so every rank agrees.
+            if self.env.is_main:
+                log.warning(
+                    "step %d: not checkpointed: its loss (%s) or gradient norm (%s) is not finite",
+                    step,
+                    loss,
+                    grad_norm,
+                )
+            return
         if distributed.any_rank(not trainer.model.local_weights_finite(), self.env.device):
             raise NonFiniteTrainingError(
                 f"step {step}: the weights are not finite; refusing to overwrite good "

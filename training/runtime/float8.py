@@ -52,14 +52,14 @@ def refusal(recipe: str, precision: str, device: torch.device) -> str | None:
             f"trainer.float8={recipe} needs torchao: pip install -e '.[fp8]' "
             "(a torchao built for this torch), or set trainer.float8=none"
         )
-    if precision != "bf16":
-        return f"trainer.float8={recipe} runs under bf16 autocast: set trainer.precision=bf16"
-    if device.type != "cuda":
+    if device.type != "cuda":  # first: no other setting makes it run here
         return (
             f"trainer.float8={recipe} needs a CUDA GPU with FP8 matmuls (compute capability "
             f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}+, e.g. H100/GH200); this device is "
             f"{device.type}: set trainer.float8=none"
         )
+    if precision != "bf16":
+        return f"trainer.float8={recipe} runs under bf16 autocast: set trainer.precision=bf16"
     capability = torch.cuda.get_device_capability(device)
     if capability < MIN_CAPABILITY:
         name = torch.cuda.get_device_name(device)

@@ -78,9 +78,13 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype = tor
     (``gradcheck`` needs it), and asking for Triton with float64 is an error rather than a
     silent fp32 result.
     """
-    requested = os.environ.get("XIELU_BACKEND", backend) if backend == "auto" else backend
+    from_environment = backend == "auto" and "XIELU_BACKEND" in os.environ
+    requested = os.environ["XIELU_BACKEND"] if from_environment else backend
     if requested not in BACKENDS:
-        raise ValueError(f"xielu backend {requested!r} is not known; choose one of: {BACKENDS}")
+        where = "XIELU_BACKEND={!r}, the environment variable," if from_environment else "{!r}"
+        raise ValueError(
+            f"xielu backend {where.format(requested)} is not known; choose one of: {BACKENDS}"
+        )
     if requested == "triton" and dtype == torch.float64:
         raise ValueError(
             "xielu backend 'triton' computes in fp32; float64 input needs backend='eager' or "
