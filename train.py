@@ -19,7 +19,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from data import DataError
-from eval.downstream import during_training
+from eval.downstream import InTraining
 from training.config import ExperimentConfig, register_configs, to_experiment
 from training.errors import ConfigError, IncompatibleCheckpointError, NoLoadableCheckpointError
 from training.loop import train
@@ -61,7 +61,7 @@ def main(cfg: DictConfig) -> None:
         code = train(
             config,
             OmegaConf.to_yaml(cfg, resolve=True),
-            downstream=during_training,
+            downstream=InTraining(),
             components=plugin_components(config),
         )
     except ConfigError as error:  # settings that depend on each other, or on the run directory

@@ -167,6 +167,21 @@ def during_training(
     return flat
 
 
+class InTraining:
+    """What ``train.py`` hands the trainer for ``trainer.downstream_every``: a call is
+    :func:`during_training`, and ``check`` is what the trainer asks of
+    ``trainer.downstream_data`` before it writes anything (a missing directory, or one without
+    the files of a task the run names, would otherwise end the run at its first evaluation)."""
+
+    def __call__(self, *args, **kwargs) -> dict[str, float] | None:
+        return during_training(*args, **kwargs)
+
+    def check(self, data_dir: str, tasks: list[str]) -> str | None:
+        from eval.local_tasks import missing_tasks
+
+        return missing_tasks(data_dir, list(tasks)) if data_dir else None
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

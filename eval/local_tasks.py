@@ -186,6 +186,20 @@ TASKS: dict[str, tuple[Callable[[Path], Splits], dict]] = {
 
 SPLIT_KEYS = {"train": "training_split", "validation": "validation_split", "test": "test_split"}
 FETCH = "python -m eval.fetch_benchmarks"
+# the folder each task's files are read from, under the source directory
+TASK_FOLDERS = {
+    "piqa": "piqa",
+    "winogrande": "winogrande",
+    "arc_easy": "ai2_arc/ARC-Easy",
+    "arc_challenge": "ai2_arc/ARC-Challenge",
+    "hellaswag": "hellaswag",
+    "commonsense_qa": "commonsense_qa",
+    "social_iqa": "social_i_qa",
+    "mmlu": "hendrycks_test",
+    "openbookqa": "openbookqa",
+    "triviaqa": "trivia_qa",
+    "gsm8k": "gsm8k",
+}
 
 
 def missing_source(source: str | Path) -> str | None:
@@ -198,6 +212,26 @@ def missing_source(source: str | Path) -> str | None:
         return (
             f"{source} holds none of the benchmark folders ({', '.join(BENCHMARK_FOLDERS)}): "
             f"write them once with `{FETCH} {source}`"
+        )
+    return None
+
+
+def missing_tasks(source: str | Path, tasks: list[str]) -> str | None:
+    """Why ``source`` cannot serve ``tasks`` (``missing_source``, a task the local suite does
+    not have, or a task whose folder is absent), cheaply, from the folders alone: what a run
+    checks before it writes anything; None when it can."""
+    why = missing_source(source)
+    if why:
+        return why
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        return f"the local suite has no task {', '.join(unknown)}; its tasks: {', '.join(TASKS)}"
+    absent = [t for t in tasks if not (Path(source) / TASK_FOLDERS[t]).is_dir()]
+    if absent:
+        benchmarks = " ".join(sorted({TASK_FOLDERS[t].split("/")[0] for t in absent}))
+        return (
+            f"{source} has no files for {', '.join(absent)}: write them with "
+            f"`{FETCH} {source} --only {benchmarks}`"
         )
     return None
 

@@ -131,9 +131,13 @@ def made_once(name: str, write: Callable[[Path], object]) -> Path:
     """``write(directory)``'s output in a directory of this machine's temporary folder, made by
     the first test process that asks and reused by the others (the end-to-end tier's cases name
     these paths in their overrides at import time, before any fixture). The content is a
-    function of the writer's module and the interpreter alone, both in the folder's name, so a
-    process that loses the race drops its own copy and a changed writer makes a new folder."""
-    code = Path(inspect.getsourcefile(write)).read_bytes() + sys.version.encode()
+    function of the writer's module, the builtin corpus's and the interpreter alone, all in the
+    folder's name, so a process that loses the race drops its own copy and a changed writer
+    makes a new folder."""
+    from data.sources import builtin
+
+    code = b"".join(Path(inspect.getsourcefile(m)).read_bytes() for m in (write, builtin))
+    code += sys.version.encode()
     name = f"{name}-{hashlib.sha256(code).hexdigest()[:12]}"
     final = Path(tempfile.gettempdir()) / f"xielu-tests-{os.getuid()}" / name
     if final.is_dir():

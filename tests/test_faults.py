@@ -135,7 +135,9 @@ def test_a_stop_asks_for_a_requeue_only_for_the_signals_that_ask_for_one(
         )
     assert code == 75
     assert ("stopping at step 2; requeueing the job" in caplog.text) == requeued
-    assert ("stopping at step 2, checkpointed, not requeued" in caplog.text) == (not requeued)
+    assert (
+        "stopping at step 2, its newest good checkpoint on disk, not requeued" in caplog.text
+    ) == (not requeued)
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ directory is held to: the local suite built from it is, file for file, the one b
 benchmark files the Hub's datasets were made from.
 """
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -121,4 +122,31 @@ def test_trainer_downstream_data_that_is_missing_is_refused_before_any_write(cor
     )
     with pytest.raises(ConfigError, match=rf"python -m eval.fetch_benchmarks {missing}"):
         Trainer(*compose(overrides))
+    assert not (tmp_path / "run").exists()
+
+
+def test_trainer_downstream_data_without_a_tasks_files_is_refused_before_any_write(
+    corpus, tmp_path
+):
+    """A directory that holds other benchmarks (``--only gsm8k``), or an interrupted fetch's
+    hidden folder alone: the run ended at its first evaluation."""
+    from train_helpers import run_in_process, tiny_overrides
+    from training.errors import ConfigError
+
+    data = tmp_path / "benchmarks"
+    write_benchmarks(data)
+    shutil.rmtree(data / "piqa")
+    overrides = tiny_overrides(
+        corpus,
+        tmp_path / "run",
+        **{
+            "trainer.downstream_every": 6,
+            "trainer.downstream_tasks": "[piqa,arc_easy]",
+            "trainer.downstream_data": str(data),
+        },
+    )
+    with pytest.raises(
+        ConfigError, match=rf"no files for piqa: .*fetch_benchmarks {data} --only piqa"
+    ):
+        run_in_process(overrides)
     assert not (tmp_path / "run").exists()

@@ -236,8 +236,18 @@ def test_a_resume_may_change_the_activations_kernel_as_it_may_the_attentions(cor
     resumed = [*overrides, "trainer.steps=6", "+model.activation_kwargs.backend=auto"]
     assert run_in_process(resumed) == 0
     refused_change = [*overrides, "trainer.steps=8", "+model.activation_kwargs.alpha_p_init=0.5"]
-    with pytest.raises(ConfigError, match=r"model\.activation_kwargs\.alpha_p_init"):
+    with pytest.raises(
+        ConfigError, match=r"allow_changes=\[model\.activation_kwargs\.alpha_p_init\]"
+    ):
         run_in_process(refused_change)
+    # the escape the refusal names works, for the option alone or for every option
+    for steps, value, allowed in (
+        (8, 0.5, "model.activation_kwargs.alpha_p_init"),
+        (10, 0.25, "model.activation_kwargs"),
+    ):
+        change = [*overrides, f"trainer.steps={steps}"]
+        change += [f"+model.activation_kwargs.alpha_p_init={value}"]
+        assert run_in_process([*change, f"trainer.allow_changes=[{allowed}]"]) == 0
 
 
 def test_fp8_on_a_cpu_says_first_that_it_needs_a_gpu():
@@ -343,3 +353,17 @@ def test_an_unreadable_parquet_file_is_named_once(tmp_path, caplog):
         assert run_in_process(tiny_overrides(corpus, tmp_path / "run", **short)) == 0
     said = [r for r in caplog.records if "part_009.parquet" in r.getMessage()]
     assert len(said) == 1, [r.getMessage() for r in said]
+
+
+@pytest.mark.slow
+def test_a_non_finite_last_step_leaves_the_run_unfinished_not_finished_without_checkpoint(
+    corpus, tmp_path
+):
+    """Its checkpoint is not written (the rule above), so the run is not finished: exit 3, and
+    a sweep, which looks for the last step's checkpoint, runs it again rather than skip it."""
+    from faults import fault_components
+
+    run_dir = tmp_path / "run"
+    overrides = tiny_overrides(corpus, run_dir, **{"trainer.steps": 6, "schedule.decay_steps": 2})
+    assert run_in_process(overrides, fault_components(nan_steps=[5])) == 3
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_000004"]

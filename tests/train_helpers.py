@@ -83,10 +83,10 @@ def compose(overrides: list[str]):
 def run_in_process(overrides: list[str], components=()) -> int:
     """``train.py``'s run in this process, with the same components it hands the trainer, and
     ``components`` added (``tests/faults.py``'s, for one)."""
-    from eval.downstream import during_training
+    from eval.downstream import InTraining
     from training.loop import train
 
-    return train(*compose(overrides), downstream=during_training, components=components)
+    return train(*compose(overrides), downstream=InTraining(), components=components)
 
 
 TEST_ENVIRONMENT = {"OMP_NUM_THREADS": "1"}  # what every process the tests start gets

@@ -5,12 +5,14 @@ dataclasses and the sources the data names (``data.check_sources``; all refused 
 is composed), the files ``data.paths`` names with the sources (``data.check_inputs``), a
 schedule's with the schedule (``training.schedule``), the trainer's, optimizer's and logging's
 in ``training.config``, and there too the one rule every float setting shares, whoever owns it:
-finite (``check_finite``). This module only calls them, in
-that order, and writes nothing into the config: values derived from others (the global batch
-from ``trainer.global_batch_tokens``) are computed where they are read
+finite (``check_finite``). This module calls them in that order, and itself checks only what
+needs the machine (the run directory is not a file; the downstream evaluator's word on its
+data directory); it writes nothing into the config: values derived from others (the global
+batch from ``trainer.global_batch_tokens``) are computed where they are read
 (``ExperimentConfig.sequences_per_step``). The checks that need the tokenizer run once it is
 loaded (:func:`check_against_tokenizer`). What the run directory may refuse (the checkpoints'
 configs and bytes) is checked by the trainer's resume, also before anything is written.
+Settings that are legal but read by nothing are named, not refused (:func:`unread_settings`).
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from training.schedule import check_schedule
 
 
 def check_config(
-    config: ExperimentConfig, world_size: int = 1, has_downstream_evaluator: bool = True
+    config: ExperimentConfig, world_size: int = 1, downstream: Any = None
 ) -> None:
     """Raise ConfigError naming the key when the run cannot work as configured.
-    ``has_downstream_evaluator``: whether the caller hands the trainer one (``train.py`` does)."""
+    ``downstream``: the evaluator the trainer is handed (``train.py``'s
+    ``eval.downstream.InTraining``), or None; where it has a ``check``, that is its word on
+    ``trainer.downstream_data`` (why it cannot serve the tasks, or None)."""
     check_finite(config)  # first: every range check below would let a NaN through
     check_trainer(config, world_size)
     check_batch_ramp(config, world_size)
@@ -52,7 +56,12 @@ def check_config(
             f"once, where the Hugging Face Hub is reachable, with `python -m "
             f"eval.fetch_benchmarks {data_dir}`"
         )
-    if config.trainer.downstream_every and not has_downstream_evaluator:
+    t, check = config.trainer, getattr(downstream, "check", None)
+    if t.downstream_every and data_dir and check is not None:
+        why = check(data_dir, list(t.downstream_tasks))
+        if why:
+            raise ConfigError(f"trainer.downstream_data={data_dir}: {why}")
+    if config.trainer.downstream_every and downstream is None:
         raise ConfigError(
             f"trainer.downstream_every={config.trainer.downstream_every} needs a downstream "
             "evaluator: train.py passes eval.downstream.during_training; from Python, "

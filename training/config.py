@@ -386,9 +386,14 @@ WHY = {
 
 
 def config_value(config: ExperimentConfig, dotted: str):
-    """The value of a dotted key (``optim.lr``) in the config; ConfigError for an unknown key."""
+    """The value of a dotted key (``optim.lr``) in the config; ConfigError for an unknown key.
+    Inside a mapping (``model.activation_kwargs.backend``) a key it does not hold is None: an
+    option this config leaves out, which another (a run's checkpoint) may set."""
     value = config
     for part in dotted.split("."):
+        if isinstance(value, dict):
+            value = value.get(part)
+            continue
         if not hasattr(value, part):
             raise ConfigError(f"{dotted!r} is not a configuration key")
         value = getattr(value, part)

@@ -98,7 +98,7 @@ class Trainer:
         checkpoint."""
         self.config, self.config_yaml = config, config_yaml
         self.env = env = distributed.init(config.trainer.collective_timeout_s)
-        check_config(config, env.world_size, has_downstream_evaluator=downstream is not None)
+        check_config(config, env.world_size, downstream)
         t = config.trainer
         self.run_dir = Path(t.run_dir)
         self.plan = BatchPlan(config, env.world_size)  # each step's batch (trainer.batch_ramp)

@@ -80,7 +80,8 @@ def fixed_changes(saved: ExperimentConfig, ours: ExperimentConfig) -> list[tuple
     axes = list(ours.trainer.axes)
     changes = []
     for key in sorted(before.keys() | after.keys()):
-        if key in allowed or not is_fixed(key, axes):
+        # a key allowed, or a mapping above it (model.activation_kwargs: every option)
+        if any(key == a or key.startswith(a + ".") for a in allowed) or not is_fixed(key, axes):
             continue
         old, new = before.get(key), after.get(key)
         if not _same(old, new):

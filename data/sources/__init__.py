@@ -67,6 +67,8 @@ def check_inputs(config: DataConfig) -> None:
     if config.paths and not config.sources and not (source.needs_paths or source.reads_paths):
         raise ValueError(
             f"data.paths: data.source={config.source} reads no data.paths (they would be "
-            "ignored); to train on those files add data=local (text) or data=tokenized (shards)"
+            "ignored); to train on those files add data=local (text) or data=tokenized "
+            "(shards); else drop them (a run that recorded them resumes with "
+            "trainer.allow_changes=[data.paths])"
         )
     source.check_inputs(config)

@@ -87,6 +87,12 @@ class Checkpointing(Component):
             # its update was skipped, but what made it non-finite may be in the weights (a rate
             # that blew them up while they stay finite): the last good checkpoint stays newest.
             # The loss is summed over ranks and the norm global, so every rank agrees.
+            if step == trainer.config.trainer.steps and not trainer.stopping:
+                raise NonFiniteTrainingError(
+                    f"step {step}, the run's last, has a non-finite loss ({loss}) or gradient "
+                    f"norm ({grad_norm}): not checkpointed, so the run is not finished; its "
+                    "newest good checkpoint is on disk"
+                )
             if self.env.is_main:
                 log.warning(
                     "step %d: not checkpointed: its loss (%s) or gradient norm (%s) is not finite",

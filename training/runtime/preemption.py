@@ -67,9 +67,9 @@ class Preemption:
             return requeue_or_exit_code()
         if is_main:
             log.warning(
-                "stopping at step %d, checkpointed, not requeued (SIGTERM: scancel or the "
-                "scheduler, which requeues by itself if it preempted); rerun the same command "
-                "to resume",
+                "stopping at step %d, its newest good checkpoint on disk, not requeued "
+                "(SIGTERM: scancel or the scheduler, which requeues by itself if it "
+                "preempted); rerun the same command to resume",
                 step,
             )
         return EXIT_PREEMPTED
