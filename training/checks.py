@@ -31,9 +31,7 @@ from training.runtime.parallelize import resolve_precision
 from training.schedule import check_schedule
 
 
-def check_config(
-    config: ExperimentConfig, world_size: int = 1, downstream: Any = None
-) -> None:
+def check_config(config: ExperimentConfig, world_size: int = 1, downstream: Any = None) -> None:
     """Raise ConfigError naming the key when the run cannot work as configured.
     ``downstream``: the evaluator the trainer is handed (``train.py``'s
     ``eval.downstream.InTraining``), or None; where it has a ``check``, that is its word on
