@@ -357,3 +357,14 @@ async def i():
         assert [n for n in _statements(tree) if isinstance(n, definitions)] == walked
     names = [n.name for n in _statements(trees[0]) if isinstance(n, definitions)]
     assert names == list("aBiceGdfhj")  # breadth first: by depth, then in source order
+
+
+def test_the_tests_real_text_refuses_to_be_empty(monkeypatch):
+    """An interpreter without pydoc topics would leave every corpus the tests write empty, and
+    a test of an empty corpus passes for nothing: the fixture raises instead."""
+    import data.sources.builtin
+    from data_fixtures import real_documents
+
+    monkeypatch.setattr(data.sources.builtin, "build_documents", lambda part="all": [])
+    with pytest.raises(RuntimeError, match=r"gave 0 paragraphs"):
+        real_documents()
