@@ -356,9 +356,7 @@ def test_an_unreadable_parquet_file_is_named_once(tmp_path, caplog):
 
 
 @pytest.mark.slow
-def test_a_non_finite_last_step_leaves_the_run_unfinished_not_finished_without_checkpoint(
-    corpus, tmp_path
-):
+def test_a_non_finite_last_step_ends_the_run_unfinished(corpus, tmp_path):
     """Its checkpoint is not written (the rule above), so the run is not finished: exit 3, and
     a sweep, which looks for the last step's checkpoint, runs it again rather than skip it."""
     from faults import fault_components
