@@ -110,9 +110,8 @@ def test_a_local_suite_without_its_directory_is_refused_naming_it_and_the_comman
 
 
 def test_trainer_downstream_data_that_is_missing_is_refused_before_any_write(corpus, tmp_path):
-    from train_helpers import compose, tiny_overrides
+    from train_helpers import run_in_process, tiny_overrides
     from training.errors import ConfigError
-    from training.loop import Trainer
 
     missing = tmp_path / "benchmarks"
     overrides = tiny_overrides(
@@ -121,7 +120,7 @@ def test_trainer_downstream_data_that_is_missing_is_refused_before_any_write(cor
         **{"trainer.downstream_every": 6, "trainer.downstream_data": str(missing)},
     )
     with pytest.raises(ConfigError, match=rf"python -m eval.fetch_benchmarks {missing}"):
-        Trainer(*compose(overrides))
+        run_in_process(overrides)
     assert not (tmp_path / "run").exists()
 
 
@@ -149,4 +148,22 @@ def test_trainer_downstream_data_without_a_tasks_files_is_refused_before_any_wri
         ConfigError, match=rf"no files for piqa: .*fetch_benchmarks {data} --only piqa"
     ):
         run_in_process(overrides)
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_evaluator_without_a_check_still_gets_a_missing_directory_refused(corpus, tmp_path):
+    """From Python, any callable is an evaluator; the trainer's own rule then covers the
+    directory's existence."""
+    from train_helpers import compose, tiny_overrides
+    from training.errors import ConfigError
+    from training.loop import Trainer
+
+    missing = tmp_path / "benchmarks"
+    overrides = tiny_overrides(
+        corpus,
+        tmp_path / "run",
+        **{"trainer.downstream_every": 6, "trainer.downstream_data": str(missing)},
+    )
+    with pytest.raises(ConfigError, match=rf"no such directory; .*fetch_benchmarks {missing}"):
+        Trainer(*compose(overrides), downstream=lambda *args: {})
     assert not (tmp_path / "run").exists()

@@ -30,6 +30,8 @@ from training.runtime.float8 import refusal as float8_refusal
 from training.runtime.parallelize import resolve_precision
 from training.schedule import check_schedule
 
+FETCH = "python -m eval.fetch_benchmarks"  # what writes trainer.downstream_data (eval/)
+
 
 def check_config(config: ExperimentConfig, world_size: int = 1, downstream: Any = None) -> None:
     """Raise ConfigError naming the key when the run cannot work as configured.
@@ -44,27 +46,24 @@ def check_config(config: ExperimentConfig, world_size: int = 1, downstream: Any 
         check_inputs(config.data)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    run_dir = Path(config.trainer.run_dir)
+    t = config.trainer
+    run_dir, data_dir = Path(t.run_dir), t.downstream_data
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"trainer.run_dir={run_dir} is a file, not a directory")
-    data_dir = config.trainer.downstream_data
-    if config.trainer.downstream_every and data_dir and not Path(data_dir).is_dir():
+    if t.downstream_every and downstream is None:
         raise ConfigError(
-            f"trainer.downstream_data={data_dir}: no such directory; write the benchmarks there "
-            f"once, where the Hugging Face Hub is reachable, with `python -m "
-            f"eval.fetch_benchmarks {data_dir}`"
+            f"trainer.downstream_every={t.downstream_every} needs a downstream evaluator: "
+            "train.py passes eval.downstream.InTraining(); from Python, "
+            "training.loop.train(config, config_yaml, downstream=InTraining())"
         )
-    t, check = config.trainer, getattr(downstream, "check", None)
-    if t.downstream_every and data_dir and check is not None:
-        why = check(data_dir, list(t.downstream_tasks))
+    if t.downstream_every and data_dir:
+        # the evaluator's own word where it has one (which benchmarks the directory holds)
+        check = getattr(downstream, "check", None)
+        why = check(data_dir, list(t.downstream_tasks)) if check else None
+        if why is None and not Path(data_dir).is_dir():
+            why = f"no such directory; write the benchmarks there once with `{FETCH} {data_dir}`"
         if why:
             raise ConfigError(f"trainer.downstream_data={data_dir}: {why}")
-    if config.trainer.downstream_every and downstream is None:
-        raise ConfigError(
-            f"trainer.downstream_every={config.trainer.downstream_every} needs a downstream "
-            "evaluator: train.py passes eval.downstream.during_training; from Python, "
-            "training.loop.train(config, config_yaml, downstream=during_training)"
-        )
 
 
 # settings read only while another turns their part on: (keys, whether the part is on, what
