@@ -21,19 +21,22 @@ QUESTION_ANSWER = "Question: {}\nAnswer:"
 
 Splits = dict[str, list[dict]]
 
-# the folder each benchmark's files sit in, under the directory the local suite is built from
-BENCHMARK_FOLDERS = (
-    "piqa",
-    "winogrande",
-    "ai2_arc",
-    "hellaswag",
-    "commonsense_qa",
-    "social_i_qa",
-    "hendrycks_test",
-    "openbookqa",
-    "trivia_qa",
-    "gsm8k",
-)
+# the folder each lm-eval task's files sit in, under the directory the local suite is built
+# from (the converters below read there), and the benchmarks' folders those make
+TASK_FOLDERS = {
+    "piqa": "piqa",
+    "winogrande": "winogrande",
+    "arc_easy": "ai2_arc/ARC-Easy",
+    "arc_challenge": "ai2_arc/ARC-Challenge",
+    "hellaswag": "hellaswag",
+    "commonsense_qa": "commonsense_qa",
+    "social_iqa": "social_i_qa",
+    "mmlu": "hendrycks_test",
+    "openbookqa": "openbookqa",
+    "triviaqa": "trivia_qa",
+    "gsm8k": "gsm8k",
+}
+BENCHMARK_FOLDERS = tuple(dict.fromkeys(f.split("/")[0] for f in TASK_FOLDERS.values()))
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -42,6 +42,7 @@ import yaml
 
 from eval.benchmark_records import (
     BENCHMARK_FOLDERS,
+    TASK_FOLDERS,
     Splits,
     arc,
     commonsense_qa,
@@ -186,20 +187,6 @@ TASKS: dict[str, tuple[Callable[[Path], Splits], dict]] = {
 
 SPLIT_KEYS = {"train": "training_split", "validation": "validation_split", "test": "test_split"}
 FETCH = "python -m eval.fetch_benchmarks"
-# the folder each task's files are read from, under the source directory
-TASK_FOLDERS = {
-    "piqa": "piqa",
-    "winogrande": "winogrande",
-    "arc_easy": "ai2_arc/ARC-Easy",
-    "arc_challenge": "ai2_arc/ARC-Challenge",
-    "hellaswag": "hellaswag",
-    "commonsense_qa": "commonsense_qa",
-    "social_iqa": "social_i_qa",
-    "mmlu": "hendrycks_test",
-    "openbookqa": "openbookqa",
-    "triviaqa": "trivia_qa",
-    "gsm8k": "gsm8k",
-}
 
 
 def missing_source(source: str | Path) -> str | None:

@@ -22,7 +22,7 @@ from model import count_parameters, training_flops_per_token
 from scripts.common import markdown
 from training.batch_ramp import BatchPlan
 from training.instruments.metrics import PEAK_BF16_FLOPS
-from training.sweeps import expand, load_sweep, resolve
+from training.sweeps import expand, load_sweep, resolve, with_unread_paths
 
 # ReLU² at paper_1b, one H100, 2026-11-27: scripts.bench.throughput --preset paper_1b --batch 5
 # --seq 4096 --bf16 --compile blocks --checkpointing selective (docs/performance.md, training table)
@@ -65,9 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.peak < math.inf:
         parser.error(f"--peak must be a positive finite FLOP/s, got {args.peak}")
     rate = args.mfu * args.peak
-    extra = list(args.overrides)
-    if not any(o.startswith("data.paths=") for o in extra):
-        extra.append("data.paths=[/not/read]")  # local sources need paths; no data is read
+    extra = with_unread_paths(args.overrides)
     jobs = [job_cost(job) for job in expand(load_sweep(args.sweep), extra)]
     rows, total = [], 0.0
     for job in jobs:

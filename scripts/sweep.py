@@ -53,6 +53,7 @@ from training.sweeps import (
     load_sweep,
     override_value,
     resolve,
+    with_unread_paths,
 )
 
 
@@ -203,9 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.dry_run:
             check_run_dirs(jobs)
         elif "tuned_by" not in sweep:  # a tuned sweep's directories name the rates to come
-            # the run directories only: a dry run names no data, and reads none
-            given = any(o.startswith("data.paths=") for o in args.overrides)
-            check_run_dirs(jobs if given else [[*job, "data.paths=[/not/read]"] for job in jobs])
+            check_run_dirs([with_unread_paths(job) for job in jobs])  # a dry run reads no data
     except ValueError as error:  # a job that does not compose: one line, naming the key
         raise SystemExit(
             f"sweep {args.sweep}: {error} (settings for every job go after the sweep's "

@@ -130,6 +130,18 @@ def _resolved(job: tuple[str, ...]):
         return to_experiment(compose("train", list(job)))
 
 
+UNREAD_PATHS = "data.paths=[/not/read]"
+
+
+def with_unread_paths(overrides: list[str]) -> list[str]:
+    """``overrides`` composable without data: local sources need ``data.paths``, and a job
+    whose config is only inspected (its run directory, its price) reads none; paths it names
+    stay."""
+    if any(o.startswith("data.paths=") for o in overrides):
+        return list(overrides)
+    return [*overrides, UNREAD_PATHS]
+
+
 def expand(sweep: dict, extra: list[str] = ()) -> list[list[str]]:
     """Every job of the sweep as its list of overrides, in file order."""
     jobs = []
