@@ -96,14 +96,20 @@ def fineweb_table(texts: list[str], offset: int = 0) -> pa.Table:
     )
 
 
+def _spread(docs: list[str], files: int):
+    """(file index, index of its first document, its documents): ``docs`` in order over
+    ``files`` files of equal size but the last."""
+    per_file = -(-len(docs) // files)
+    for i in range(files):
+        yield i, i * per_file, docs[i * per_file : (i + 1) * per_file]
+
+
 def write_parquet_corpus(directory: Path, files: int = 3, row_group_size: int = 20) -> list[str]:
     """The real documents spread over ``files`` parquet files of several row groups each."""
     docs = real_documents()
     directory.mkdir(parents=True, exist_ok=True)
-    per_file = -(-len(docs) // files)
-    for i in range(files):
-        chunk = docs[i * per_file : (i + 1) * per_file]
-        table = fineweb_table(chunk, offset=i * per_file)
+    for i, offset, chunk in _spread(docs, files):
+        table = fineweb_table(chunk, offset=offset)
         pq.write_table(table, directory / f"part_{i:03d}.parquet", row_group_size=row_group_size)
     return docs
 
@@ -113,15 +119,13 @@ def write_c4_corpus(directory: Path, files: int = 3) -> list[str]:
     JSON object a line with ``text``, ``timestamp`` and ``url``."""
     docs = real_documents()
     directory.mkdir(parents=True, exist_ok=True)
-    per_file = -(-len(docs) // files)
-    for i in range(files):
-        chunk = docs[i * per_file : (i + 1) * per_file]
+    for i, offset, chunk in _spread(docs, files):
         with gzip.open(directory / f"c4-train.{i:05d}-of-01024.json.gz", "wt") as f:
             for j, text in enumerate(chunk):
                 record = {
                     "text": text,
                     "timestamp": "2019-04-25T12:57:54Z",
-                    "url": f"https://example.org/{i * per_file + j}",
+                    "url": f"https://example.org/{offset + j}",
                 }
                 f.write(json.dumps(record) + "\n")
     return docs
