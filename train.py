@@ -24,6 +24,7 @@ from training.config import ExperimentConfig, register_configs, to_experiment
 from training.errors import ConfigError, IncompatibleCheckpointError, NoLoadableCheckpointError
 from training.loop import train
 from training.plugins import plugin_components
+from training.renamed_keys import refuse_renamed
 
 register_configs()
 
@@ -78,4 +79,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    try:  # before Hydra, which would stop at an old key with "not in struct"
+        refuse_renamed(sys.argv[1:])
+    except ConfigError as error:
+        sys.exit(f"invalid configuration: {error}")
     main()

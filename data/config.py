@@ -2,50 +2,30 @@
 
 The source-specific settings (the Hub's retries, the text column, the score filter) sit here
 too, beside the shared ones, so that Hydra checks them all in one schema; a source reads the
-ones it needs. The values are checked here, in ``__post_init__`` (refused when the config is
-composed); what needs a source known by name (its ``data.paths``, its files) is checked beside
-the table of sources (``data/sources/__init__.py``), which imports this module."""
+ones it needs. The values are checked here (:meth:`DataConfig.check`: refused when the config
+is composed, and against the model's ``max_seq_len`` when a run starts); what needs a source
+known by name (its ``data.paths``, its files) is checked beside the table of sources
+(``data/sources/__init__.py``), which imports this module. The tokenizer's section is its
+module's (``data.tokenizers.TokenizerConfig``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-TOKENIZERS = ("mistral_nemo", "llama3", "hf", "sentencepiece", "bytes")
+from data.tokenizers import TokenizerConfig
+from settings import ConfigError, Run, Section, at_least, one_of
+
 BUILTIN_PARTS = ("all", "reference", "docstrings")
 MIXTURE = "mixture"  # the source that reads ``data.sources`` (``data.mixture``)
 
 # the smallest value of each numeric knob
-BOUNDS = {
+MINIMUM = {
     "seq_len": 1,
     "validation_documents": 0,
     "num_workers": 0,
     "hub_retries": 0,
     "hub_backoff_s": 0,
 }
-
-
-@dataclass
-class TokenizerConfig:
-    """Attributes:
-    name: ``mistral_nemo`` (Tekken, paper main runs), ``llama3`` (paper ablations), ``hf``
-        (a local transformers tokenizer directory), ``sentencepiece`` (a local ``.model``) or
-        ``bytes`` (UTF-8 bytes, vocab 258: small CPU experiments).
-    path: the directory or file for ``hf`` and ``sentencepiece``.
-    add_bos: put BOS before every document (EOS always follows every document).
-    """
-
-    name: str = "mistral_nemo"
-    path: str | None = None
-    add_bos: bool = False
-
-    def __post_init__(self) -> None:
-        if self.name not in TOKENIZERS:
-            raise ValueError(
-                f"data.tokenizer.name={self.name!r} is not known; choose one of: "
-                f"{', '.join(TOKENIZERS)}"
-            )
-        if self.name in ("hf", "sentencepiece") and not self.path:
-            raise ValueError(f"data.tokenizer.path is required for data.tokenizer.name={self.name}")
 
 
 @dataclass
@@ -80,7 +60,7 @@ MIXTURE_OVERRIDES = tuple(
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Section):
     """Attributes:
     source: a name in the table of ``data/sources/__init__.py``: ``builtin`` (offline
         smoke-test corpus), ``local`` (parquet/jsonl files), ``fineweb_edu`` (streamed from the
@@ -136,40 +116,44 @@ class DataConfig:
     builtin_part: str = "all"
 
     def __post_init__(self) -> None:
+        # entries given as mappings (Python callers, ``dataclasses.replace``) become sections
         if isinstance(self.tokenizer, dict):
             self.tokenizer = TokenizerConfig(**self.tokenizer)
-        for key, minimum in BOUNDS.items():
-            if getattr(self, key) < minimum:
-                rule = "positive" if minimum == 1 else f">= {minimum}"
-                raise ValueError(f"data.{key} must be {rule}, got {getattr(self, key)}")
-        if self.builtin_part not in BUILTIN_PARTS:
-            raise ValueError(
-                f"data.builtin_part={self.builtin_part!r} is not one of {', '.join(BUILTIN_PARTS)}"
-            )
         self.sources = [
             MixtureSource(**entry) if isinstance(entry, dict) else entry for entry in self.sources
         ]
+        super().__post_init__()
+
+    def check(self, run: Run | None = None) -> None:
+        for key, minimum in MINIMUM.items():
+            at_least(f"data.{key}", getattr(self, key), minimum)
+        one_of("data.builtin_part", self.builtin_part, BUILTIN_PARTS)
         if (self.source == MIXTURE) != bool(self.sources):
-            raise ValueError(
+            raise ConfigError(
                 "data.sources lists the sources of a mixture and needs data.source=mixture "
                 f"(data=mixture), and data.source=mixture needs data.sources; got "
                 f"data.source={self.source} with {len(self.sources)} data.sources"
             )
         self.mixture_parts()  # each source's own settings checked now, naming its entry
+        if run is not None and self.seq_len > run.config.model.max_seq_len:
+            raise ConfigError(
+                f"data.seq_len={self.seq_len} exceeds model.max_seq_len="
+                f"{run.config.model.max_seq_len}"
+            )
 
     def mixture_parts(self) -> list[tuple[str, DataConfig]]:
         """``(name, config)`` of each source of a mixture, in order: this config with the
         entry's source and overrides, and no ``sources``; ``[]`` for a single source."""
         names = [entry.name for entry in self.sources]
         if len(set(names)) != len(names):
-            raise ValueError(f"data.sources: every name must be unique, got {names}")
+            raise ConfigError(f"data.sources: every name must be unique, got {names}")
         parts = []
         for i, entry in enumerate(self.sources):
             where = f"data.sources[{i}] ({entry.name})"
             if entry.source == MIXTURE:
-                raise ValueError(f"{where}: a mixture cannot hold a mixture")
+                raise ConfigError(f"{where}: a mixture cannot hold a mixture")
             if not entry.weight > 0:
-                raise ValueError(f"{where}: weight must be positive, got {entry.weight}")
+                raise ConfigError(f"{where}: weight must be positive, got {entry.weight}")
             given = {k: getattr(entry, k) for k in MIXTURE_OVERRIDES}
             overrides = {k: v for k, v in given.items() if v is not None}
             try:
@@ -177,5 +161,5 @@ class DataConfig:
                     (entry.name, replace(self, source=entry.source, sources=[], **overrides))
                 )
             except ValueError as error:
-                raise ValueError(f"{where}: {error}") from None
+                raise ConfigError(f"{where}: {error}") from None
         return parts

@@ -17,6 +17,9 @@ reserved ids by their names, the embedding's padding rows as ``<|padding:ID|>``.
 Every tokenizer also says what it is (:func:`identity_of`): its name, vocabulary size, special
 ids and a fingerprint of every id's piece, which token shards record so that data written with
 one tokenizer is never read with another (``data.shards``).
+
+Adding a tokenizer is its loader and its line in :data:`TOKENIZERS` (``data.tokenizer.name``
+is checked against that table, and :func:`load_tokenizer` looks it up there).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Protocol
 
 import numpy as np
 
-from data.config import TokenizerConfig
+from settings import ConfigError, Run, Section, one_of
 
 TEKKEN_FILE = ("mistral_common", "data/tekken_240718.json")
 LLAMA3_FILE = ("llama_models", "llama3/tokenizer.model")
@@ -349,16 +352,53 @@ class ByteTokenizer:
         yield from (BYTE_SPECIALS[i].encode() for i in (256, 257))
 
 
+@dataclass(frozen=True)
+class TokenizerKind:
+    """A line of :data:`TOKENIZERS`: ``load(path)`` returns the tokenizer (``path``:
+    ``data.tokenizer.path``, required when ``needs_path``)."""
+
+    load: Callable[[str | None], Tokenizer]
+    summary: str
+    needs_path: bool = False
+
+
+TOKENIZERS: dict[str, TokenizerKind] = {
+    "mistral_nemo": TokenizerKind(lambda path: _tekken(), "Tekken (the paper's main runs)"),
+    "llama3": TokenizerKind(lambda path: _llama3(), "Llama 3 (the paper's ablations)"),
+    "hf": TokenizerKind(_hf, "a local transformers tokenizer directory", needs_path=True),
+    "sentencepiece": TokenizerKind(_sentencepiece, "a local .model file", needs_path=True),
+    "bytes": TokenizerKind(lambda path: ByteTokenizer(), "UTF-8 bytes, vocab 258 (CPU runs)"),
+}
+
+
+@dataclass
+class TokenizerConfig(Section):
+    """``data.tokenizer``.
+
+    Attributes:
+        name: a line of :data:`TOKENIZERS`: ``mistral_nemo`` (Tekken, paper main runs),
+            ``llama3`` (paper ablations), ``hf`` (a local transformers tokenizer directory),
+            ``sentencepiece`` (a local ``.model``) or ``bytes`` (UTF-8 bytes, vocab 258: small
+            CPU experiments).
+        path: the directory or file for ``hf`` and ``sentencepiece``.
+        add_bos: put BOS before every document (EOS always follows every document).
+    """
+
+    name: str = "mistral_nemo"
+    path: str | None = None
+    add_bos: bool = False
+
+    def check(self, run: Run | None = None) -> None:
+        one_of("data.tokenizer.name", self.name, TOKENIZERS)
+        if TOKENIZERS[self.name].needs_path and not self.path:
+            raise ConfigError(
+                f"data.tokenizer.path is required for data.tokenizer.name={self.name}"
+            )
+
+
 def load_tokenizer(config: TokenizerConfig) -> Tokenizer:
-    if config.name == "bytes":
-        return ByteTokenizer()
-    if config.name == "mistral_nemo":
-        return _tekken()
-    if config.name == "llama3":
-        return _llama3()
-    if config.name == "hf":
-        return _hf(config.path)
-    return _sentencepiece(config.path)
+    """``data.tokenizer.name``'s tokenizer (:data:`TOKENIZERS`)."""
+    return TOKENIZERS[config.name].load(config.path)
 
 
 @dataclass(frozen=True)

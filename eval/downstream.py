@@ -121,7 +121,7 @@ def during_training(
     add_bos: bool = False,
     batch_size: int = 8,
 ) -> dict[str, float] | None:
-    """lm-eval on the model being trained (the trainer's ``trainer.downstream_every``): every
+    """lm-eval on the model being trained (the trainer's ``downstream.every``): every
     rank scores its share of the documents and rank 0 gets the metrics, as
     ``downstream/<task>/<metric>`` (lm-eval's filter dropped where it is ``none``); the other
     ranks get None. With ``data_dir`` (upstream benchmark files) the local copies of the tasks
@@ -144,7 +144,7 @@ def during_training(
         missing = [t for t in tasks if not (task_dir / f"{t}.yaml").is_file()]
         if missing:
             raise FileNotFoundError(
-                f"trainer.downstream_data={data_dir} has no records for "
+                f"downstream.data={data_dir} has no records for "
                 f"{', '.join(t.removeprefix('local_') for t in missing)}: write them with "
                 f"`python -m eval.fetch_benchmarks {data_dir}`"
             )
@@ -168,9 +168,9 @@ def during_training(
 
 
 class InTraining:
-    """What ``train.py`` hands the trainer for ``trainer.downstream_every``: a call is
+    """What ``train.py`` hands the trainer for ``downstream.every``: a call is
     :func:`during_training`, and ``check`` is what the trainer asks of
-    ``trainer.downstream_data`` before it writes anything (a missing directory, or one without
+    ``downstream.data`` before it writes anything (a missing directory, or one without
     the files of a task the run names, would otherwise end the run at its first evaluation)."""
 
     def __call__(self, *args, **kwargs) -> dict[str, float] | None:

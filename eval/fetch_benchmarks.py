@@ -3,7 +3,7 @@ layouts their authors publish: what the offline suite reads on compute nodes wit
 
     python -m eval.fetch_benchmarks /path/to/benchmarks          # where the Hub is reachable
     python -m eval.downstream RUN --suite local --local-data /path/to/benchmarks
-    python train.py ... trainer.downstream_every=1000 trainer.downstream_data=/path/to/benchmarks
+    python train.py ... downstream.every=1000 downstream.data=/path/to/benchmarks
 
 Each benchmark is read from the Hub dataset lm-eval's own task loads (its ``dataset_path`` and
 ``dataset_name``; MMLU from the ``all`` configuration of the same dataset, one download for its
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
         print(f"{folder}: {what}")
     print(
         f"offline: python -m eval.downstream RUN --suite local --local-data {args.out_dir}, "
-        f"or trainer.downstream_data={args.out_dir}"
+        f"or downstream.data={args.out_dir}"
     )
     return done
 

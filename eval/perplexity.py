@@ -9,7 +9,7 @@ By default the run's own data config is used, so the slice is exactly the one tr
 out (the same for every run of that data config), all of it unless ``--batches`` says
 otherwise. The loss is ``training.instruments.validation``'s, the trainer's own, so it equals the
 run's logged ``val/loss`` when the run validated on the whole slice too
-(``trainer.eval_batches=0``); a run with ``trainer.eval_batches=N`` logs the loss of the first N
+(``validation.batches=0``); a run with ``validation.batches=N`` logs the loss of the first N
 batches per rank, and says so (``val/tokens``, and the closing line). It does not depend on batch
 size or world size.
 """
@@ -27,7 +27,7 @@ from data import build_validation_loader
 from training.checkpoint import load_trained_model
 from training.instruments.validation import validation_loss
 from training.runtime import distributed
-from training.runtime.parallelize import parallelize, plan_from_config
+from training.runtime.parallelize import parallelize
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> dict:
         loader = build_validation_loader(data, args.batch_size, env.rank, env.world_size)
         batches = itertools.islice(loader, args.batches or None)
         shape = (args.batch_size, data.seq_len)
-        plan = plan_from_config(config.trainer, env.device).for_evaluation()
-        model = parallelize(model, env, plan)  # the run's precision, an unwrapped copy per rank
+        model = parallelize(
+            model, env, config.parallel.for_evaluation()
+        )  # the run's precision, an unwrapped copy per rank
         result = validation_loss(model, batches, env.device, shape, model.autocast, env.is_main)
         if result["tokens"] == 0:
             raise SystemExit("no tokens to evaluate: the validation slice is empty")

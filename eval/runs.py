@@ -16,7 +16,8 @@ from pathlib import Path
 from data import load_tokenizer
 from model import count_parameters
 from training.checkpoint import run_config
-from training.config import OptimConfig, config_value
+from training.config import config_value
+from training.optim import OptimConfig
 from training.schedule import stable_phase_end
 
 
@@ -120,7 +121,7 @@ def best_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[tupl
 
 
 def rate_setting(runs: list[Run]) -> str:
-    """The setting the runs' rates are values of (``optim.lr``, or ``optim.muon_lr`` under
+    """The setting the runs' rates are values of (``optim.lr``, or ``optim.muon.lr`` under
     Muon). A report compares activations under one optimizer: runs of several are refused,
     naming them, since their rates are not values of one setting."""
     optimizers = sorted({r.optimizer for r in runs})

@@ -9,7 +9,7 @@ seeds). The ladder's sweep file names the first:
 
 and ``scripts.sweep`` fills in the rate per activation and optimizer from that sweep's finished
 runs before it launches anything (:func:`with_tuned_rates`). The rate is the setting the
-optimizer's rate sweeps vary (``OptimConfig.tuned_rate``): ``optim.lr``, or ``optim.muon_lr``
+optimizer's rate sweeps vary (``OptimConfig.tuned_rate``): ``optim.lr``, or ``optim.muon.lr``
 under Muon, whose AdamW part keeps the rate its grid sets, in the tuning sweep and the ladder
 alike. A tuning run still missing stops the ladder with the list of what is missing and the
 command that runs it: a rate picked from half a grid would be a silent guess. A diverged tuning

@@ -1,14 +1,13 @@
-"""The model's configuration: every architectural knob, its type, default and meaning.
-
-Every check of the model's keys lives here (``__post_init__``: each knob's range in
-:data:`BOUNDS`, then the fields against each other), so a config that cannot build a model is
-refused when it is composed, naming the key, before a run starts."""
+"""The model's section: every architectural knob, its type, default and meaning, and every check
+of them (:meth:`ModelConfig.check`: each knob's range, then the fields against each other), so a
+config that cannot build a model is refused when it is composed, naming the key."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from model.document_attention import KERNELS
+from settings import ConfigError, Run, Section, at_least, one_of, positive
 from xielu import is_gated
 from xielu.registry import check_options
 
@@ -24,30 +23,8 @@ def pad_vocab(size: int, multiple: int) -> int:
     return -(-size // multiple) * multiple
 
 
-PARAMETRIZATIONS = ("standard", "mup")
-
-# the smallest value of each integer knob (None-able ones are checked when set)
-BOUNDS = {
-    "vocab_size": 1,
-    "dim": 1,
-    "n_layers": 1,
-    "n_heads": 1,
-    "n_kv_heads": 1,
-    "gated_hidden": 1,
-    "mlp_hidden": 1,
-    "max_seq_len": 1,
-    "init_reference_dim": 1,
-    "vocab_multiple": 1,
-    "loss_chunk_tokens": 1,
-    "rope_original_max_seq_len": 1,
-}
-# the float knobs that must be above 0 (written ``not value > 0``, which refuses NaN too)
-POSITIVE = ("norm_eps", "init_std", "rope_theta", "rope_scaling_factor")
-ROPE_SCALINGS = ("linear", "llama3")
-
-
 @dataclass
-class ModelConfig:
+class ModelConfig(Section):
     """A Llama decoder whose MLP activation is pluggable.
 
     Attributes:
@@ -140,59 +117,52 @@ class ModelConfig:
     parametrization: str = "standard"
     mup_base_dim: int | None = None
 
-    def __post_init__(self) -> None:
-        for key, minimum in BOUNDS.items():
-            value = getattr(self, key)
-            if value is not None and value < minimum:
-                raise ValueError(f"model.{key} must be positive, got {value}")
-        for key in POSITIVE:
-            if not getattr(self, key) > 0:
-                raise ValueError(f"model.{key} must be positive, got {getattr(self, key)}")
+    def check(self, run: Run | None = None) -> None:
+        for f in fields(self):  # every number of the model is a count or a positive float
+            value = getattr(self, f.name)
+            if isinstance(value, float):
+                positive(f"model.{f.name}", value)
+            elif isinstance(value, int) and not isinstance(value, bool):
+                at_least(f"model.{f.name}", value, 1)
+        one_of("model.init_scaling", self.init_scaling, ("fixed", "width"))
         if self.dim % self.n_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"model.dim={self.dim} is not divisible by model.n_heads={self.n_heads}"
             )
         if self.head_dim % 2:
-            raise ValueError(f"RoPE needs an even head dimension, got {self.head_dim}")
+            raise ConfigError(f"RoPE needs an even head dimension, got {self.head_dim}")
         if self.n_heads % self.kv_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"model.n_heads={self.n_heads} is not a multiple of model.n_kv_heads="
                 f"{self.kv_heads}: each key/value head serves a whole group of query heads"
             )
-        if self.attention not in KERNELS:
-            raise ValueError(
-                f"model.attention={self.attention!r} is not one of {', '.join(KERNELS)}"
-            )
-        if self.rope_scaling not in ROPE_SCALINGS:
-            raise ValueError(
-                f"model.rope_scaling={self.rope_scaling!r} is not one of {', '.join(ROPE_SCALINGS)}"
-            )
+        one_of("model.attention", self.attention, KERNELS)
+        one_of("model.rope_scaling", self.rope_scaling, ("linear", "llama3"))
         if not 0 < self.rope_low_freq_factor < self.rope_high_freq_factor:
-            raise ValueError(
+            raise ConfigError(
                 f"model.rope_low_freq_factor={self.rope_low_freq_factor} must be positive and "
                 f"below model.rope_high_freq_factor={self.rope_high_freq_factor}"
             )
-        is_gated(self.activation)  # raises with the list of valid names
+        try:
+            is_gated(self.activation)  # raises with the list of valid names
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         try:
             check_options(self.activation, dict(self.activation_kwargs))
         except ValueError as error:
-            raise ValueError(
+            raise ConfigError(
                 f"model.activation_kwargs={dict(self.activation_kwargs)} for model.activation="
                 f"{self.activation}: {error}"
             ) from None
-        if self.parametrization not in PARAMETRIZATIONS:
-            raise ValueError(
-                f"model.parametrization={self.parametrization!r} is not one of "
-                f"{', '.join(PARAMETRIZATIONS)}"
-            )
+        one_of("model.parametrization", self.parametrization, ("standard", "mup"))
         if self.parametrization == "mup":
             if self.mup_base_dim is None or self.mup_base_dim <= 0:
-                raise ValueError(
+                raise ConfigError(
                     "model.parametrization=mup needs model.mup_base_dim, the positive width "
                     f"the hyperparameters were tuned at (got {self.mup_base_dim})"
                 )
             if self.init_scaling != "fixed":
-                raise ValueError(
+                raise ConfigError(
                     "model.parametrization=mup scales the hidden matrices' initialisation with "
                     f"width itself: model.init_scaling={self.init_scaling!r} would scale it "
                     "twice; use model.init_scaling=fixed"
@@ -201,18 +171,18 @@ class ModelConfig:
             # this one with every width dimension times 1/m: it must exist
             base, head_dim = self.mup_base_dim, self.dim // self.n_heads
             if base % head_dim:
-                raise ValueError(
+                raise ConfigError(
                     f"model.mup_base_dim={base} is not a multiple of the head dimension "
                     f"{head_dim} (model.dim / model.n_heads): µP scales the number of heads at a "
                     "fixed head_dim, and the base model would have a fraction of a head"
                 )
             if (self.kv_heads * base) % self.dim:
-                raise ValueError(
+                raise ConfigError(
                     f"model.n_kv_heads={self.kv_heads} does not scale with model.dim={self.dim} "
                     f"to a whole number of key/value heads at model.mup_base_dim={base}"
                 )
             if (self.hidden * base) % self.dim:
-                raise ValueError(
+                raise ConfigError(
                     f"the MLP width {self.hidden} (model.gated_hidden or model.mlp_hidden) does "
                     f"not scale with model.dim={self.dim} to a whole width at "
                     f"model.mup_base_dim={base}: µP scales it by the same multiplier as dim"
@@ -258,10 +228,9 @@ class ModelConfig:
         return round(self.gated_hidden * PLAIN_TO_GATED_WIDTH)
 
     def check_vocabulary(self, tokenizer_vocab: int) -> None:
-        """An explicit ``vocab_size`` must hold every id the tokenizer gives, else the first
-        step indexes past the embedding. Raises ValueError naming the key."""
+        """An explicit ``vocab_size`` must hold the tokenizer's ids (step 1 would index past)."""
         if self.vocab_size is not None and self.vocab_size < tokenizer_vocab:
-            raise ValueError(
+            raise ConfigError(
                 f"model.vocab_size={self.vocab_size} is smaller than the tokenizer's "
                 f"vocabulary ({tokenizer_vocab} ids): leave it unset to take the tokenizer's "
                 f"(padded to model.vocab_multiple) or set at least {tokenizer_vocab}"

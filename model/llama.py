@@ -40,9 +40,6 @@ class Llama(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
         # the loss's softmax through torch.compile (``model.loss``): see ``compile_blocks``
         self.compile_loss = False
-        # z-loss coefficient in training (``optim.z_loss``, set by the trainer); evaluation
-        # (``eval()``) computes the plain cross-entropy
-        self.z_loss = 0.0
         # meta tensors hold no values to initialise, and torch draws random numbers on them
         # through slow Python decompositions (0.4 s for paper_3b): whoever materialises a meta
         # model (``to_empty``) calls reset_parameters
@@ -73,6 +70,7 @@ class Llama(nn.Module):
         *,
         cache: KVCache | None = None,
         per_token: bool = False,
+        z_loss: float = 0.0,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Logits [batch, seq, vocab] for tokens [batch, seq]; with targets, the mean loss.
 
@@ -88,6 +86,9 @@ class Llama(nn.Module):
         ``cache`` (decoding, ``model/kv_cache.py``): ``tokens`` continue the ``cache.length``
         positions the cache already holds, so they sit at RoPE positions ``cache.length`` on and
         attend over those; their keys and values are added to the cache.
+
+        ``z_loss``: the z-loss coefficient added to the loss (``loss.z_loss``): the trainer
+        passes it for its training steps; validation and evaluation leave it at 0.
         """
         seq = tokens.shape[1]
         start = 0
@@ -126,7 +127,7 @@ class Llama(nn.Module):
             targets,
             chunk_size=self.config.loss_chunk_tokens,
             compiled=self.compile_loss,
-            z_loss=self.z_loss if self.training else 0.0,
+            z_loss=z_loss,
         )
 
     def compile_blocks(self) -> None:

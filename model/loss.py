@@ -13,7 +13,7 @@ softmax, loss and the sum of the weight gradient over chunks in fp32 whatever th
 targets equal to ``ignore_index`` contribute neither loss nor gradient, and the mean is over
 the counted targets (``F.cross_entropy`` semantics; with none counted the loss is 0, not nan).
 
-z-loss (PaLM; ``optim.z_loss``): ``z * lse^2`` per counted token, ``lse`` the log of the
+z-loss (PaLM; ``loss.z_loss``): ``z * lse^2`` per counted token, ``lse`` the log of the
 softmax's normaliser, keeps the logits from drifting up. Its gradient, ``2 z lse softmax``,
 joins the cross-entropy's in the same pass: each row's softmax is scaled by ``1 + 2 z lse``.
 """

@@ -58,7 +58,7 @@ process, over a fake process group (``torch.testing._internal.distributed.fake_p
 then keeps 1/N of the fp32 state, all-gathers one block's bf16 weights at a time (two with
 prefetching), and, between the micro-batches of an accumulated step
 (``set_requires_gradient_sync(False)``), keeps full unsharded fp32 gradients, unless
-``--reduce-every-micro-batch`` (``trainer.fsdp_reduce_every_micro_batch``). The residual
+``--reduce-every-micro-batch`` (``parallel.fsdp_reduce_every_micro_batch``). The residual
 stream stays fp32 as on one GPU (``training.runtime.parallelize.apply_fsdp``), so the q, k and v
 projections each save their own autocast cast of the fp32 norm output, as on one GPU.
 
@@ -82,7 +82,8 @@ from torch import nn
 from model.config import ModelConfig
 from model.presets import available_presets
 from scripts.common import markdown, write_csv
-from training.config import CHOICES, OptimConfig
+from training.optim import OPTIMIZERS, OptimConfig
+from training.runtime.parallelize import CHECKPOINTING
 from training.step import train_step
 
 GIB = 2**30
@@ -249,7 +250,7 @@ def estimate(
 
     from training.optim import build_optimizer
     from training.runtime.distributed import Env
-    from training.runtime.parallelize import ParallelPlan, parallelize
+    from training.runtime.parallelize import ParallelConfig, parallelize
 
     if micro_steps < 1 or world_size < 1:
         raise ValueError(
@@ -257,8 +258,8 @@ def estimate(
         )
     device = torch.device("cpu")
     fake_mode = FakeTensorMode()
-    plan = ParallelPlan(
-        parallelism="fsdp" if world_size > 1 else "none",
+    plan = ParallelConfig(
+        strategy="fsdp" if world_size > 1 else "none",
         precision="bf16",
         activation_checkpointing=checkpointing,
         fsdp_reduce_every_micro_batch=reduce_every_micro_batch,
@@ -358,8 +359,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument(
         "--checkpointing",
         nargs="+",
-        default=list(CHOICES["trainer.activation_checkpointing"]),
-        choices=CHOICES["trainer.activation_checkpointing"],
+        default=list(CHECKPOINTING),
+        choices=CHECKPOINTING,
     )
     parser.add_argument(
         "--world-size", type=int, default=1, help="GPUs; above 1 the trainer's FSDP2 path"
@@ -375,14 +376,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--reduce-every-micro-batch",
         action="store_true",
         help="FSDP2: reduce-scatter gradients after every micro-batch "
-        "(trainer.fsdp_reduce_every_micro_batch)",
+        "(parallel.fsdp_reduce_every_micro_batch)",
     )
     parser.add_argument(
         "--optimizer",
         default="adamw",
         # muon is not estimated: its AdamW part reads its step count as a number, which fake
         # tensors do not hold; its memory is AdamW's less one fp32 moment of the matrices
-        choices=[name for name in CHOICES["optim.name"] if name != "muon"],
+        choices=[name for name in OPTIMIZERS if name != "muon"],
         help="optim.name: ademamix keeps a third fp32 moment",
     )
     parser.add_argument("--headroom", type=float, default=HEADROOM)

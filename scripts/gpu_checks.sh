@@ -82,7 +82,7 @@ PY
   # not run yet: the same stop and resume with FP8 linears (every one: the toy is below
   # torchao's size thresholds)
   part resume_fp8 90 bash scripts/gpu_resume.sh "$data" /tmp/gpu_resume_fp8 \
-    trainer.float8=tensorwise trainer.float8_auto_filter=false
+    parallel.float8=tensorwise parallel.float8_auto_filter=false
   exit 0
 fi
 

@@ -12,8 +12,8 @@ rm -rf "$dir"
 args=(experiment=paper_1b model.dim=256 model.n_layers=4 model.n_heads=4 model.gated_hidden=1024
   model.max_seq_len=256 data.seq_len=256 "data.paths=[$data/*.json.gz]"
   data.validation_documents=8 trainer.global_batch=8 trainer.micro_batch=4 trainer.steps=12
-  schedule.warmup_steps=3 schedule.decay_steps=4 trainer.log_every=1 trainer.eval_every=6
-  trainer.eval_batches=1 trainer.checkpoint_every=6 "trainer.run_dir=$dir"
+  schedule.warmup_steps=3 schedule.decay_steps=4 trainer.log_every=1 validation.every=6
+  validation.batches=1 checkpoint.every=6 "trainer.run_dir=$dir"
   logging.wandb.mode=disabled data.tokenizer.name=bytes "$@")
 launch=(python train.py)  # torchrun would turn the exit code 75 into 1
 rc=0

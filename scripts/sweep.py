@@ -16,7 +16,7 @@ the runs. Either way each grid point trains in a directory of its own, named by 
 varies (``training/sweeps.py``), so the two launchers' runs land in the same places.
 
 A sweep file with ``tuned_by: OTHER`` (a µP width ladder) takes its rate per activation and
-optimizer (``optim.lr``, ``optim.muon_lr`` under Muon) from the finished runs of the sweep OTHER
+optimizer (``optim.lr``, ``optim.muon.lr`` under Muon) from the finished runs of the sweep OTHER
 at the base width (``eval/tuning.py``), and stops before launching anything while those are
 missing. The basic launcher skips a job whose run already holds its final checkpoint, and
 ``--stop-after MINUTES`` ends the sweep in a time slice: the running jobs checkpoint and stop

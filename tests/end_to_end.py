@@ -66,13 +66,13 @@ def shrunk(experiment: str, run_dir: Path) -> list[str]:
         "schedule.warmup_steps": WARMUP,
         "schedule.decay_steps": DECAY,
         "trainer.log_every": 1,
-        "trainer.eval_every": EVERY,
-        "trainer.eval_batches": 1,
-        "trainer.checkpoint_every": EVERY,
+        "validation.every": EVERY,
+        "validation.batches": 1,
+        "checkpoint.every": EVERY,
         "trainer.run_dir": str(run_dir),
         # not a size, the one other change: Dynamo and AOTAutograd trace the preset's graphs
         # as on a GPU, without Inductor's C++ build, most of a compiled run's time on 2 cores
-        "trainer.compile_backend": "aot_eager",
+        "parallel.compile_backend": "aot_eager",
     }
     if reads_local_files(experiment):
         values["data.paths"] = f"[{LOCAL_CORPUS}/*.json.gz]"
@@ -80,7 +80,7 @@ def shrunk(experiment: str, run_dir: Path) -> list[str]:
     if "n_kv_heads" in text:
         values["model.n_kv_heads"] = 1
     if "override /recipe: apertus" in text:  # Goldfish
-        values["optim.goldfish_h"] = 4
+        values["loss.goldfish_h"] = 4
     if "batch_ramp" in text:  # the batch doubles at the stop: the first step after it
         values["trainer.batch_ramp"] = f"[{{tokens: {RAMP_TOKENS}, global_batch: 8}}]"
     return [f"{key}={value}" for key, value in values.items()]
@@ -92,22 +92,22 @@ def instruments() -> list[str]:
     monitor skipping spikes, z-loss and the profiler. wandb stays off: it is a sink, tested on
     its own (``tests/test_train.py``), and the tier reads ``metrics.jsonl``."""
     values = {
-        "trainer.downstream_every": EVERY,
-        "trainer.downstream_tasks": "[piqa]",
-        "trainer.downstream_limit": 4,
-        "trainer.downstream_data": str(EVAL_DATA),
+        "downstream.every": EVERY,
+        "downstream.tasks": "[piqa]",
+        "downstream.limit": 4,
+        "downstream.data": str(EVAL_DATA),
         "logging.diagnostics_every": EVERY,
         "logging.grad_norms_every": GRAD_NORMS_EVERY,
         "logging.outliers_every": EVERY,
-        "trainer.spike_window": 4,
-        "trainer.spike_threshold": 3.0,
-        "trainer.spike_skip": "true",
-        "trainer.spike_skip_limit": 3,
-        "optim.z_loss": 1e-4,
-        "trainer.profile_steps": f"[{PROFILE[0]},{PROFILE[1]}]",
+        "spikes.window": 4,
+        "spikes.threshold": 3.0,
+        "spikes.skip": "true",
+        "spikes.skip_limit": 3,
+        "loss.z_loss": 1e-4,
+        "profile.steps": f"[{PROFILE[0]},{PROFILE[1]}]",
         "logging.wandb.mode": "disabled",
-        "trainer.max_bad_steps": 3,
-        "trainer.collective_timeout_s": 600,
+        "spikes.max_bad_steps": 3,
+        "parallel.collective_timeout_s": 600,
         "trainer.seed": 1,
     }
     return [f"{key}={value}" for key, value in values.items()]
@@ -157,9 +157,9 @@ MATRIX = [
 # settings of the trainer that only these points exercise (each also covers a trainer field)
 MATRIX_EXTRAS = {
     ("fsdp", "fp32", "blocks", "selective"): {
-        "trainer.fsdp_reshard_after_forward": "false",
-        "trainer.fsdp_reduce_every_micro_batch": "true",
-        "trainer.async_checkpoint": "true",
+        "parallel.fsdp_reshard_after_forward": "false",
+        "parallel.fsdp_reduce_every_micro_batch": "true",
+        "checkpoint.async_write": "true",
     },
     ("ddp", "bf16", "none", "selective"): {
         "trainer.global_batch_tokens": 4 * 32,  # the same 4 sequences, given in tokens
@@ -172,7 +172,7 @@ MATRIX_EXTRAS = {
 }
 
 
-MATRIX_LEAVES_OUT = ("trainer.downstream_", "trainer.profile_steps")
+MATRIX_LEAVES_OUT = ("trainer.downstream_", "profile.steps")
 
 # A run moves between world sizes: one point of the matrix per {DDP, FSDP2} x fp32 and DDP x
 # bf16 trains on 2 processes until SIGTERM at MOVES[0], on 1 until MOVES[1], on 2 to the end
@@ -191,10 +191,10 @@ def matrix_overrides(point: tuple[str, str, str, str], run_dir: Path) -> list[st
     """The quickstart, shrunk and fully instrumented, at one point of the matrix."""
     parallelism, precision, compile_scope, checkpointing = point
     values = {
-        "trainer.parallelism": parallelism,
-        "trainer.precision": precision,
-        "trainer.compile": compile_scope,
-        "trainer.activation_checkpointing": checkpointing,
+        "parallel.strategy": parallelism,
+        "parallel.precision": precision,
+        "parallel.compile": compile_scope,
+        "parallel.activation_checkpointing": checkpointing,
         **MATRIX_EXTRAS.get(point, {}),
     }
     extra = [f"{key}={value}" for key, value in values.items()]

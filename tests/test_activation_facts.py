@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from model import Llama, ModelConfig, count_parameters
-from training.config import OptimConfig
-from training.optim import build_optimizer, parameter_groups, set_learning_rate
+from training.optim import OptimConfig, build_optimizer
+from training.parameter_groups import parameter_groups, set_learning_rate
 from xielu import (
     Activation,
     GatedActivation,

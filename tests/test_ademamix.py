@@ -8,10 +8,13 @@ import pytest
 import torch
 
 from model import Llama, ModelConfig
-from training.ademamix import AdEMAMix, alpha_at, beta3_at
-from training.config import ExperimentConfig, OptimConfig, check_trainer
+from train_helpers import with_setting
+from training.ademamix import AdEMAMix, AdEMAMixConfig, alpha_at, beta3_at
+from training.checks import check_config
+from training.config import ExperimentConfig
 from training.errors import ConfigError
-from training.optim import build_optimizer, parameter_groups
+from training.optim import OptimConfig, build_optimizer
+from training.parameter_groups import parameter_groups
 from training.resume_rules import fixed_changes
 
 BETA1, BETA2, BETA3, ALPHA, EPS = 0.9, 0.999, 0.999, 5.0, 1e-8
@@ -192,14 +195,8 @@ def tiny_model(**kwargs) -> Llama:
 
 def test_the_trainer_builds_it_with_adamws_parameter_roles_and_mups_rates():
     model = tiny_model(parametrization="mup", mup_base_dim=8)
-    config = OptimConfig(
-        name="ademamix",
-        ademamix_alpha=8.0,
-        ademamix_beta3=0.9999,
-        ademamix_alpha_warmup=7,
-        ademamix_beta3_warmup=9,
-        betas=(0.9, 0.999),
-    )
+    own = AdEMAMixConfig(alpha=8.0, beta3=0.9999, alpha_warmup=7, beta3_warmup=9)
+    config = OptimConfig(name="ademamix", ademamix=own, betas=(0.9, 0.999))
     optimizer = build_optimizer(model, config, torch.device("cpu"))
     assert isinstance(optimizer, AdEMAMix)
     groups = parameter_groups(model, config)
@@ -218,26 +215,23 @@ def test_the_trainer_builds_it_with_adamws_parameter_roles_and_mups_rates():
     ("key", "value", "match"),
     [
         ("name", "adam", r"optim\.name='adam' is not one of adamw, ademamix"),
-        ("ademamix_beta3", 1.0, r"optim\.ademamix_beta3"),
-        ("ademamix_alpha", -1.0, r"optim\.ademamix_alpha must be >= 0"),
-        ("ademamix_beta3_warmup", -5, r"optim\.ademamix_beta3_warmup must be >= 0"),
-        ("fused", True, r"optim\.fused=true: AdEMAMix has no fused kernel"),
+        ("ademamix.beta3", 1.0, r"optim\.ademamix\.beta3"),
+        ("ademamix.alpha", -1.0, r"optim\.ademamix\.alpha must be >= 0"),
+        ("ademamix.beta3_warmup", -5, r"optim\.ademamix\.beta3_warmup must be >= 0"),
+        ("fused", True, r"optim\.fused=true: optim\.name=ademamix has no fused kernel"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(key, value, match):
-    config = ExperimentConfig()
-    config.optim.name = "ademamix" if key != "name" else value
-    if key != "name":
-        setattr(config.optim, key, value)
+    config = with_setting(ExperimentConfig(), "optim.name", "ademamix")
     with pytest.raises(ConfigError, match=match):
-        check_trainer(config)
+        check_config(with_setting(config, f"optim.{key}", value))
 
 
 def test_a_resume_may_not_change_the_optimizer():
     saved, ours = ExperimentConfig(), ExperimentConfig()
     ours.optim.name = "ademamix"
     assert fixed_changes(saved, ours) == [("optim.name", "adamw", "ademamix")]
-    ours.optim.name, ours.optim.ademamix_alpha = "adamw", 3.0  # a setting, not the optimizer
+    ours.optim.name, ours.optim.ademamix.alpha = "adamw", 3.0  # a setting, not the optimizer
     ours.model.attention = "flex"  # a kernel, not what attention computes
     assert fixed_changes(saved, ours) == []
 

@@ -35,14 +35,11 @@ def test_an_async_checkpoint_holds_the_weights_of_its_step_not_later_ones(tmp_pa
 def test_the_trainers_checkpoint_component_writes_as_configured(tmp_path, asynchronous):
     """An asynchronous run publishes what a synchronous one does (tested below), so only the
     writer's settings can tell them apart."""
+    from training.checkpoint.layout import CheckpointConfig
     from training.checkpoint.saving import Checkpointing
-    from training.config import ExperimentConfig
 
-    config = ExperimentConfig()
-    t = config.trainer
-    t.run_dir, t.keep_checkpoints, t.checkpoint_every = tmp_path, 3, 7
-    t.async_checkpoint = asynchronous
-    component = Checkpointing(config, ENV)
+    settings = CheckpointConfig(every=7, keep=3, async_write=asynchronous)
+    component = Checkpointing(settings, tmp_path, ENV)
     writer = component.writer
     assert (writer.run_dir, writer.keep, writer.asynchronous) == (tmp_path, 3, asynchronous)
     assert component.every == 7
@@ -51,7 +48,7 @@ def test_the_trainers_checkpoint_component_writes_as_configured(tmp_path, asynch
 @pytest.mark.slow
 @pytest.mark.mutation
 def test_async_checkpoints_train_and_resume_like_synchronous_ones(corpus, reference, tmp_path):
-    overrides = tiny_overrides(corpus, tmp_path, **{"trainer.async_checkpoint": True})
+    overrides = tiny_overrides(corpus, tmp_path, **{"checkpoint.async_write": True})
     assert run_in_process(overrides) == 0
     published = checkpoint.complete_checkpoints(tmp_path)
     # the last step's save, in flight when the loop ended, was finished and published
@@ -69,7 +66,7 @@ def test_a_crash_during_an_async_save_leaves_the_previous_checkpoint(corpus, ref
     overrides = tiny_overrides(
         corpus,
         tmp_path,
-        **{"trainer.async_checkpoint": True},
+        **{"checkpoint.async_write": True},
     )
     code, output = run(overrides, env=faults_env(crash_in_checkpoint_at=8))
     assert code == 13, output[-3000:]

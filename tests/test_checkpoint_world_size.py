@@ -22,10 +22,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 
 from model import Llama, ModelConfig
 from training import checkpoint
-from training.config import OptimConfig, TrainerConfig
-from training.optim import build_optimizer
+from training.optim import OptimConfig, build_optimizer
 from training.runtime.distributed import Env
-from training.runtime.parallelize import parallelize, plan_from_config
+from training.runtime.parallelize import ParallelConfig, parallelize
 from training.step import train_step
 
 pytestmark = pytest.mark.slow
@@ -36,7 +35,7 @@ GLOBAL_BATCH = 4
 
 def build(env: Env, parallelism: str, precision: str):
     torch.manual_seed(0)
-    plan = plan_from_config(TrainerConfig(parallelism=parallelism, precision=precision), env.device)
+    plan = ParallelConfig(strategy=parallelism, precision=precision)
     model = parallelize(Llama(MODEL), env, plan)
     return model, build_optimizer(model.bare, OptimConfig(lr=1e-2), env.device)
 

@@ -32,10 +32,10 @@ CASES = {
     "rank_0_in_the_summary": "summary@@0",
 }
 DOWNSTREAM_AT_STEP_2 = {
-    "trainer.downstream_every": 2,
-    "trainer.downstream_tasks": "[piqa]",
-    "trainer.downstream_limit": 2,
-    "trainer.downstream_data": str(EVAL_DATA),
+    "downstream.every": 2,
+    "downstream.tasks": "[piqa]",
+    "downstream.limit": 2,
+    "downstream.data": str(EVAL_DATA),
 }
 
 
@@ -49,8 +49,8 @@ def test_a_run_that_raises_ends_with_a_non_zero_exit(corpus, tmp_path, case, rep
         **{
             "data.num_workers": 2,
             "trainer.steps": 3,
-            "trainer.checkpoint_every": 0,
-            "trainer.eval_every": 0,
+            "checkpoint.every": 0,
+            "validation.every": 0,
             "schedule.warmup_steps": 1,
             "schedule.decay_steps": 2,
             **(DOWNSTREAM_AT_STEP_2 if case.endswith("downstream_step") else {}),

@@ -232,7 +232,7 @@ def test_a_two_process_run_resumes_in_one_process_where_its_data_left_off(tmp_pa
     overrides = tiny_overrides(
         corpus,
         run_dir,
-        **{"trainer.steps": 4, "schedule.decay_steps": 2, "trainer.eval_every": 0},
+        **{"trainer.steps": 4, "schedule.decay_steps": 2, "validation.every": 0},
     )
     code, output = run(overrides, ranks=2, timeout=240)
     assert code == 0, output[-3000:]

@@ -97,7 +97,7 @@ def test_byte_tokenizer_is_utf8_and_packs_like_the_others():
 
 
 def test_tokenizer_config_errors_name_the_key():
-    with pytest.raises(ValueError, match=r"data\.tokenizer\.name='gpt2' is not known"):
+    with pytest.raises(ValueError, match=r"data\.tokenizer\.name='gpt2' is not one of"):
         TokenizerConfig("gpt2")
     with pytest.raises(ValueError, match=r"data\.tokenizer\.path is required"):
         TokenizerConfig("sentencepiece")

@@ -11,7 +11,7 @@ from model import Llama, ModelConfig
 from train_helpers import metrics, run_in_process, tiny_overrides
 from training.instruments.diagnostics import mlp_diagnostics, statistics_from_sums
 from training.runtime.distributed import Env
-from training.runtime.parallelize import ParallelPlan, parallelize
+from training.runtime.parallelize import ParallelConfig, parallelize
 
 
 def _tiny(activation="xielu", **kw) -> Llama:
@@ -36,7 +36,7 @@ def _hand_statistics(x: np.ndarray, y: np.ndarray) -> dict:
 def test_diagnostics_equal_a_hand_computation_of_each_layers_mlp(activation):
     model = _tiny(activation)
     env = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    trained = parallelize(model, env, ParallelPlan())
+    trained = parallelize(model, env, ParallelConfig())
     tokens = torch.randint(0, 64, (3, 16), generator=torch.Generator().manual_seed(1))
     batch = {"inputs": tokens, "targets": tokens}
     got = mlp_diagnostics(trained, batch, env.device, (3, 16))
@@ -65,7 +65,7 @@ def test_no_held_out_batch_on_any_rank_gives_no_statistics():
     """``data.validation_documents=0``: nothing to measure, nothing logged (it divided by a
     count of zero at step 0 and stopped the run)."""
     env = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    trained = parallelize(_tiny(), env, ParallelPlan())
+    trained = parallelize(_tiny(), env, ParallelConfig())
     assert mlp_diagnostics(trained, None, env.device, (3, 16)) == []
 
 
@@ -105,7 +105,7 @@ def test_width_aware_initialisation_puts_the_pre_activation_where_the_1b_has_it(
     measured = {}
     for name, c in (("fixed", config), ("width", width)):
         torch.manual_seed(0)
-        model = parallelize(Llama(c), env, ParallelPlan())
+        model = parallelize(Llama(c), env, ParallelConfig())
         stats = mlp_diagnostics(model, {"inputs": tokens, "targets": tokens}, env.device, (8, 64))
         measured[name] = stats[0]["pre_rms"]
         weights = model.bare.layers[1].mlp.up_proj.weight
@@ -121,7 +121,7 @@ def test_the_trainer_logs_diagnostics_and_validates_at_the_end_of_the_stable_pha
     # 12 steps, cooldown in the last 4: the stable phase ends at step 8, which eval_every=5
     # does not hit
     overrides = tiny_overrides(
-        corpus, tmp_path, **{"trainer.eval_every": 5, "logging.diagnostics_every": 5}
+        corpus, tmp_path, **{"validation.every": 5, "logging.diagnostics_every": 5}
     )
     assert run_in_process(overrides) == 0
     records = metrics(tmp_path)

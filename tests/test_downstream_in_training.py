@@ -15,10 +15,10 @@ def _overrides(corpus, run_dir, **extra):
         corpus,
         run_dir,
         **{
-            "trainer.downstream_every": 6,
-            "trainer.downstream_tasks": f"[{','.join(TASKS)}]",
-            "trainer.downstream_limit": 6,
-            "trainer.downstream_data": str(benchmark_files()),
+            "downstream.every": 6,
+            "downstream.tasks": f"[{','.join(TASKS)}]",
+            "downstream.limit": 6,
+            "downstream.data": str(benchmark_files()),
             "model.max_seq_len": 256,  # room for the tasks' prompts
             **extra,
         },
@@ -73,7 +73,7 @@ def test_the_trainer_logs_lm_evals_scores_of_the_model_it_is_training(
         return result
 
     monkeypatch.setattr(eval.downstream, "during_training", counting)
-    overrides = _overrides(corpus, tmp_path, **{"trainer.compile": "blocks"})
+    overrides = _overrides(corpus, tmp_path, **{"parallel.compile": "blocks"})
     with torch.compiler.set_stance("default", force_backend="aot_eager"):  # as the tier runs
         assert run_in_process(overrides) == 0
     assert compiled_during == [0, 0]
@@ -94,8 +94,8 @@ def test_two_fsdp2_ranks_each_score_a_share_generation_included_and_report_the_w
     tasks = [*TASKS, "triviaqa"]
     extra = {
         "data.num_workers": 1,
-        "trainer.parallelism": "fsdp",
-        "trainer.downstream_tasks": f"[{','.join(tasks)}]",
+        "parallel.strategy": "fsdp",
+        "downstream.tasks": f"[{','.join(tasks)}]",
     }
     code, output = run(_overrides(corpus, tmp_path, **extra), ranks=2, timeout=300)
     assert code == 0, output[-3000:]

@@ -1,4 +1,6 @@
-"""Every knob of the trainer and its logging is exercised by the end-to-end tier, or says why not.
+"""Every knob of the run's sections (the trainer, its parallelism, checkpoints, validation,
+downstream evaluation, spikes, profiling and logging) is exercised by the end-to-end tier, or
+says why not.
 
 A field that no end-to-end case sets to a non-default value runs only at its default in the
 tier, so a defect that shows only when it is changed (issue 29 found eight such) goes unseen.
@@ -14,8 +16,19 @@ import pytest
 
 from end_to_end import EXPERIMENTS, MATRIX, instruments, matrix_overrides, shrunk
 from train_helpers import compose
-from training.config import LoggingConfig, TrainerConfig
+from training.config import ExperimentConfig
 
+# the sections that were the trainer's one bag, and its logging
+RUN = (
+    "trainer.",
+    "parallel.",
+    "checkpoint.",
+    "validation.",
+    "downstream.",
+    "spikes.",
+    "profile.",
+    "logging.",
+)
 NOT_IN_THE_TIER = {
     "trainer.axes": "which keys name a run: tests/test_sweeps.py and the axes tests refuse "
     "a mismatched resume; the tier resumes the same run",
@@ -27,11 +40,11 @@ NOT_IN_THE_TIER = {
     "logging.wandb.name": "as logging.wandb.project",
     "logging.wandb.group": "as logging.wandb.project",
     "logging.wandb.tags": "as logging.wandb.project",
-    "trainer.float8": "FP8 matmuls need a GPU of compute capability 8.9+: a CPU run is refused "
+    "parallel.float8": "FP8 matmuls need a GPU of compute capability 8.9+: a CPU run is refused "
     "(tests/test_float8.py); on a GPU, gpu_checks.sh first's fp8_loss and resume_fp8 run train.py "
     "with it",
-    "trainer.float8_keep": "as trainer.float8; tests/test_float8.py checks which layers it keeps",
-    "trainer.float8_auto_filter": "as trainer.float8; tests/test_float8.py checks the filter",
+    "parallel.float8_keep": "as parallel.float8; tests/test_float8.py checks which layers it keeps",
+    "parallel.float8_auto_filter": "as parallel.float8; tests/test_float8.py checks the filter",
 }
 
 
@@ -55,15 +68,12 @@ def tier_cases(tmp_path) -> list[list[str]]:
 
 
 @pytest.mark.slow
-def test_every_trainer_and_logging_field_is_changed_by_some_case_or_excluded(tmp_path):
-    defaults = {
-        **leaves(TrainerConfig(), "trainer."),
-        **leaves(LoggingConfig(), "logging."),
-    }
+def test_every_run_setting_is_changed_by_some_case_or_excluded(tmp_path):
+    defaults = {key: v for key, v in leaves(ExperimentConfig(), "").items() if key.startswith(RUN)}
     changed = set()
     for overrides in tier_cases(tmp_path):
         config, _ = compose(overrides)
-        values = {**leaves(config.trainer, "trainer."), **leaves(config.logging, "logging.")}
+        values = {key: v for key, v in leaves(config, "").items() if key.startswith(RUN)}
         changed |= {key for key, value in values.items() if value != defaults[key]}
     unexercised = sorted(set(defaults) - changed - set(NOT_IN_THE_TIER))
     assert not unexercised, (

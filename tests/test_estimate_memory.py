@@ -15,7 +15,7 @@ from model.presets import load_preset
 from scripts.common import saved_bytes
 from scripts.estimate_memory import GIB, estimate, fits, main
 from training.runtime.distributed import Env
-from training.runtime.parallelize import ParallelPlan, parallelize
+from training.runtime.parallelize import ParallelConfig, parallelize
 
 BATCH, SEQ = 2, 64
 
@@ -54,7 +54,7 @@ def real_saved_bytes(config, checkpointing: str) -> int:
     training = parallelize(
         Llama(config),
         Env(0, 1, 0, torch.device("cpu")),
-        ParallelPlan(precision="bf16", activation_checkpointing=checkpointing),
+        ParallelConfig(precision="bf16", activation_checkpointing=checkpointing),
     )
     tokens = torch.randint(0, config.vocab_size, (BATCH, SEQ + 1))
 

@@ -110,7 +110,7 @@ def test_a_run_config_written_before_key_renames_and_removals_still_loads(tmp_pa
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(old))
     config = run_config(tmp_path)
     assert config.data.document_mask is True
-    assert (config.trainer.compile, config.trainer.activation_checkpointing) == ("blocks", "none")
+    assert (config.parallel.compile, config.parallel.activation_checkpointing) == ("blocks", "none")
 
 
 def test_the_device_flag_reaches_the_model(trained, monkeypatch):

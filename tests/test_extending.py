@@ -1,5 +1,6 @@
-"""docs/extending.md, followed literally: a toy activation, data source, schedule and instrument,
-each defined here as its recipe says, trained with in one run; and the preset and sweep recipes.
+"""docs/extending.md, followed literally: a toy activation, data source, schedule, optimizer,
+tokenizer and instrument, each defined here as its recipe says, trained with in one run; and the
+preset and sweep recipes.
 
 The registries are process-wide: the toys get names no other test uses, and are removed again.
 """
@@ -24,6 +25,22 @@ from train_helpers import (
 )
 
 TOY_ACTIVATION, TOY_SOURCE, TOY_SCHEDULE = "toy_leaky_square", "toy_lines", "toy_halving"
+TOY_OPTIMIZER, TOY_TOKENIZER = "toy_sgd", "toy_bytes"
+BUILT: list[list[dict]] = []  # the parameter groups each toy optimizer was built over
+LOADED: list[str | None] = []  # the path each toy tokenizer was loaded with
+
+
+def toy_optimizer(groups: list[dict], optim, device) -> torch.optim.Optimizer:
+    """SGD with momentum beta1, over the trainer's parameter groups."""
+    BUILT.append(groups)
+    return torch.optim.SGD(groups, lr=optim.lr, momentum=optim.betas[0])
+
+
+def toy_tokenizer(path: str | None):
+    from data.tokenizers import ByteTokenizer
+
+    LOADED.append(path)
+    return ByteTokenizer()
 
 
 def toy_activation():
@@ -81,8 +98,10 @@ def train_with_toys(root):
     of this worker process runs while the process-wide registries hold the toys."""
     from data.sources import SOURCES
     from data.text import TextSource, text_file_source
+    from data.tokenizers import TOKENIZERS, TokenizerKind
     from eval.downstream import during_training
     from training.loop import train
+    from training.optim import OPTIMIZERS, Optimizer, register_optimizer
     from training.schedule import _SCHEDULES, Schedule, register_schedule
     from xielu.registry import _REGISTRY as ACTIVATIONS
     from xielu.registry import register
@@ -96,6 +115,8 @@ def train_with_toys(root):
         TOY_SOURCE, "the toy lines", lambda config: TextSource([str(corpus)])
     )
     register_schedule(Schedule(TOY_SCHEDULE, toy_rate, "halves every quarter"))
+    register_optimizer(TOY_OPTIMIZER, Optimizer(toy_optimizer, "SGD with momentum"))
+    TOKENIZERS[TOY_TOKENIZER] = TokenizerKind(toy_tokenizer, "UTF-8 bytes under another name")
     try:
         run_dir = root / "run"
         overrides = tiny_overrides(
@@ -104,9 +125,11 @@ def train_with_toys(root):
             **{
                 "data.source": TOY_SOURCE,
                 "data.paths": "[]",
-                "data.tokenizer.name": "bytes",
+                "data.tokenizer.name": TOY_TOKENIZER,
                 "model.activation": TOY_ACTIVATION,
                 "schedule.name": TOY_SCHEDULE,
+                "optim.name": TOY_OPTIMIZER,
+                "optim.lr": 0.05,
                 "trainer.steps": 12,
             },
         )
@@ -120,12 +143,22 @@ def train_with_toys(root):
         ACTIVATIONS.pop(TOY_ACTIVATION, None)
         SOURCES.pop(TOY_SOURCE, None)
         _SCHEDULES.pop(TOY_SCHEDULE, None)
+        OPTIMIZERS.pop(TOY_OPTIMIZER, None)
+        TOKENIZERS.pop(TOY_TOKENIZER, None)
 
 
 @pytest.mark.slow
-def test_a_toy_activation_source_schedule_and_instrument_train_as_the_recipes_say(tmp_path):
+def test_toys_of_every_kind_train_as_the_recipes_say(tmp_path):
+    BUILT.clear()
+    LOADED.clear()
     run_dir, config, counter = train_with_toys(tmp_path)
     logged = metrics(run_dir)
+
+    # the optimizer: built once, from the table, over the trainer's parameter groups (the
+    # activation's scalars in their own, undecayed); the tokenizer: loaded from its table
+    assert config.optim.name == TOY_OPTIMIZER and len(BUILT) == 1
+    assert [g["weight_decay"] for g in BUILT[0]][-1] == 0.0
+    assert config.data.tokenizer.name == TOY_TOKENIZER and LOADED
 
     # the activation: built from the registry, its scalar trained and logged per layer
     assert config.model.activation == TOY_ACTIVATION

@@ -44,7 +44,7 @@ def test_a_full_disk_during_a_save_is_a_clear_error_and_the_previous_checkpoint_
             raise OSError(errno.ENOSPC, "No space left on device")
         return write_data(self, plan, planner)
 
-    overrides = tiny_overrides(corpus, tmp_path, **{"trainer.async_checkpoint": asynchronous})
+    overrides = tiny_overrides(corpus, tmp_path, **{"checkpoint.async_write": asynchronous})
     with monkeypatch.context() as patch:
         patch.setattr(FileSystemWriter, "write_data", disk_full_at_step_8)
         with caplog.at_level(logging.ERROR):

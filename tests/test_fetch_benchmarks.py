@@ -117,7 +117,7 @@ def test_trainer_downstream_data_that_is_missing_is_refused_before_any_write(cor
     overrides = tiny_overrides(
         corpus,
         tmp_path / "run",
-        **{"trainer.downstream_every": 6, "trainer.downstream_data": str(missing)},
+        **{"downstream.every": 6, "downstream.data": str(missing)},
     )
     with pytest.raises(ConfigError, match=rf"python -m eval.fetch_benchmarks {missing}"):
         run_in_process(overrides)
@@ -139,9 +139,9 @@ def test_trainer_downstream_data_without_a_tasks_files_is_refused_before_any_wri
         corpus,
         tmp_path / "run",
         **{
-            "trainer.downstream_every": 6,
-            "trainer.downstream_tasks": "[piqa,arc_easy]",
-            "trainer.downstream_data": str(data),
+            "downstream.every": 6,
+            "downstream.tasks": "[piqa,arc_easy]",
+            "downstream.data": str(data),
         },
     )
     with pytest.raises(
@@ -162,7 +162,7 @@ def test_an_evaluator_without_a_check_still_gets_a_missing_directory_refused(cor
     overrides = tiny_overrides(
         corpus,
         tmp_path / "run",
-        **{"trainer.downstream_every": 6, "trainer.downstream_data": str(missing)},
+        **{"downstream.every": 6, "downstream.data": str(missing)},
     )
     with pytest.raises(ConfigError, match=rf"no such directory; .*fetch_benchmarks {missing}"):
         Trainer(*compose(overrides), downstream=lambda *args: {})

@@ -1,4 +1,4 @@
-"""FP8 training through torchao (``trainer.float8``, training/runtime/float8.py), on a CPU.
+"""FP8 training through torchao (``parallel.float8``, training/runtime/float8.py), on a CPU.
 
 A CPU has no FP8 matmuls, so the numerics run through torchao's emulation (the operands rounded
 to float8 e4m3 with their scales, multiplied in fp32) and are checked against a float8 rounding
@@ -21,13 +21,12 @@ pytest.importorskip("torchao.float8", reason="the fp8 extra: pip install -e '.[f
 from model import Llama
 from model.presets import load_preset
 from training.checks import check_config, check_on_device
-from training.config import ExperimentConfig, TrainerConfig
+from training.config import ExperimentConfig
 from training.errors import ConfigError
 from training.runtime import float8
 from training.runtime.parallelize import (
-    ParallelPlan,
+    ParallelConfig,
     matmul_policy,
-    plan_from_config,
 )
 
 E4M3_MAX = 448.0
@@ -59,14 +58,14 @@ def rounded(t: torch.Tensor, rowwise: bool, power_of_two: bool) -> torch.Tensor:
 def test_every_recipe_is_refused_on_a_cpu_before_any_work_saying_what_to_do():
     for recipe in ("tensorwise", "rowwise"):
         why = float8.refusal(recipe, "bf16", CPU)
-        assert "CUDA GPU" in why and "trainer.float8=none" in why
+        assert "CUDA GPU" in why and "parallel.float8=none" in why
     assert float8.refusal("none", "fp32", CPU) is None
 
 
 def test_float8_needs_bf16_autocast_and_says_so():
     """On a GPU (the CPU is refused first, for the device: no precision makes it run there)."""
     why = float8.refusal("tensorwise", "fp32", torch.device("cuda"))
-    assert "trainer.precision=bf16" in why
+    assert "parallel.precision=bf16" in why
 
 
 def test_without_torchao_the_refusal_names_the_extra(monkeypatch):
@@ -78,18 +77,17 @@ def test_without_torchao_the_refusal_names_the_extra(monkeypatch):
 def test_the_device_check_refuses_float8_here_and_the_plan_only_carries_the_settings():
     """Refused from ``training.checks`` before the model is built; the plan restates no check,
     so evaluating an FP8 run's checkpoint on a CPU (``.for_evaluation()``) is not refused."""
-    config = ExperimentConfig(trainer=TrainerConfig(float8="tensorwise", precision="bf16"))
-    with pytest.raises(ConfigError, match=r"trainer\.float8=tensorwise"):
+    config = ExperimentConfig(parallel=ParallelConfig(float8="tensorwise", precision="bf16"))
+    with pytest.raises(ConfigError, match=r"parallel\.float8=tensorwise"):
         check_on_device(config, CPU)
-    assert plan_from_config(config.trainer, CPU).for_evaluation().float8 == "none"
-    plan = plan_from_config(TrainerConfig(float8_keep=["lm_head", "down_proj"]), CPU)
-    assert plan.float8 == "none" and plan.float8_keep == ("lm_head", "down_proj")
+    assert config.parallel.on(CPU).for_evaluation().float8 == "none"
+    plan = ParallelConfig(float8_keep=["lm_head", "down_proj"]).on(CPU)
+    assert plan.float8 == "none" and plan.float8_keep == ["lm_head", "down_proj"]
 
 
 def test_an_unknown_recipe_is_refused_naming_the_key():
-    config = ExperimentConfig(trainer=TrainerConfig(float8="blockwise"))
-    with pytest.raises(ConfigError, match=r"trainer\.float8='blockwise' is not one of"):
-        check_config(config)
+    with pytest.raises(ConfigError, match=r"parallel\.float8='blockwise' is not one of"):
+        check_config(ExperimentConfig(parallel=ParallelConfig(float8="blockwise")))
 
 
 # ----------------------------------------------------------------------------- which layers
@@ -252,10 +250,10 @@ def test_the_fsdp_scale_precompute_runs_only_for_tensorwise_under_fsdp(monkeypat
 
     class Wrapped:
         def __init__(self, recipe, fsdp):
-            self.plan, self.fsdp, self.bare = ParallelPlan(float8=recipe), fsdp, nn.Linear(2, 2)
+            self.plan, self.fsdp, self.bare = ParallelConfig(float8=recipe), fsdp, nn.Linear(2, 2)
 
     def built(wrapped: Wrapped):  # as the trainer builds its shipped components
-        return float8.Float8Scales.from_trainer(SimpleNamespace(model=wrapped))
+        return float8.Float8Scales.from_context(SimpleNamespace(model=wrapped))
 
     wrapped = Wrapped("tensorwise", True)
     found = [built(wrapped)]
@@ -294,7 +292,7 @@ def fsdp_ranks(rank: int, world_size: int, root: str, recipe: str) -> None:
         if recipe != "none" and kind != "plain":
             float8.convert(model, recipe, auto_filter=False, emulate=True)
         if kind == "sharded":
-            apply_fsdp(model, ParallelPlan(parallelism="fsdp", precision="bf16"))
+            apply_fsdp(model, ParallelConfig(strategy="fsdp", precision="bf16"))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = model(x[:, :-1], x[:, 1:])
         loss.backward()

@@ -253,7 +253,7 @@ def run_dir(tmp_path_factory):
     overrides = tiny_overrides(
         corpus,
         run_dir,
-        **{"data.tokenizer.name": "bytes", "trainer.steps": 6, "trainer.eval_every": 6},
+        **{"data.tokenizer.name": "bytes", "trainer.steps": 6, "validation.every": 6},
     )
     assert run_in_process(overrides) == 0
     return run_dir

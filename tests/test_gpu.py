@@ -84,7 +84,7 @@ def test_a_bf16_training_step_on_the_gpu_matches_fp32():
     gradient that went wrong (a dropped term, a bf16 sum) shows as a large relative error."""
     from model import Llama, ModelConfig
     from training.runtime.distributed import Env
-    from training.runtime.parallelize import ParallelPlan, parallelize
+    from training.runtime.parallelize import ParallelConfig, parallelize
 
     config = ModelConfig(
         vocab_size=1024, dim=256, n_layers=2, n_heads=4, gated_hidden=512, max_seq_len=256
@@ -96,7 +96,7 @@ def test_a_bf16_training_step_on_the_gpu_matches_fp32():
         torch.manual_seed(0)
         bare = Llama(config).cuda()
         model = parallelize(
-            bare, env, ParallelPlan(precision="bf16" if bf16 else "fp32", compile=compile_scope)
+            bare, env, ParallelConfig(precision="bf16" if bf16 else "fp32", compile=compile_scope)
         )
         with model.autocast():
             loss = model(tokens[:, :-1], tokens[:, 1:])

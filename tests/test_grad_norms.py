@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from model import Llama, ModelConfig
-from training.config import OptimConfig
 from training.instruments.grad_norms import per_layer_grad_norms
-from training.optim import build_optimizer
+from training.optim import OptimConfig, build_optimizer
 from training.runtime.distributed import Env
-from training.runtime.parallelize import ParallelPlan, parallelize
+from training.runtime.parallelize import ParallelConfig, parallelize
 from training.step import train_step
 
 
@@ -44,7 +43,7 @@ def test_the_norms_are_those_of_each_blocks_gradients_before_clipping(activation
             if role != "act" or activation == "xielu":
                 want[f"grad_norm/{role}/layer_{i:02d}"] = math.sqrt(total)
     env = Env(0, 1, 0, torch.device("cpu"))
-    trained = parallelize(model, env, ParallelPlan())
+    trained = parallelize(model, env, ParallelConfig())
     optimizer = build_optimizer(model, OptimConfig(), env.device)
     got = {}
     # a tight clip: the norms must be read before it scales the gradients

@@ -48,7 +48,7 @@ def tiny_lm(sharded: bool):
     from data import TokenizerConfig, load_tokenizer
     from eval.harness import ProjectLM
     from model import Llama, ModelConfig
-    from training.runtime.parallelize import ParallelPlan, apply_fsdp
+    from training.runtime.parallelize import ParallelConfig, apply_fsdp
 
     torch.manual_seed(0)
     config = ModelConfig(
@@ -56,7 +56,7 @@ def tiny_lm(sharded: bool):
     )
     model = Llama(config)
     if sharded:
-        apply_fsdp(model, ParallelPlan(parallelism="fsdp", precision="fp32"))
+        apply_fsdp(model, ParallelConfig(strategy="fsdp", precision="fp32"))
     return ProjectLM(model, load_tokenizer(TokenizerConfig("bytes")), batch_size=2)
 
 

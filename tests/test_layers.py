@@ -1,6 +1,7 @@
 """The packages' imports run only downward: a static check of every module's imports.
 
-Floors, lowest first: ``xielu`` (the activations, torch only); ``model`` and ``data`` (neither
+Floors, lowest first: ``xielu`` (the activations, torch only) and ``settings`` (a section's
+base, its rules and its error); ``model`` and ``data`` (neither
 imports the other); ``training`` (the loop and its runtime); ``eval`` (which loads what training
 wrote and runs models through training's runtime); ``scripts``; then ``train.py``, the
 composition root that hands the trainer its components (the downstream evaluator). A module may
@@ -17,7 +18,7 @@ import pytest
 
 from train_helpers import ROOT
 
-FLOORS = {"xielu": 0, "model": 1, "data": 1, "training": 2, "eval": 3, "scripts": 4}
+FLOORS = {"xielu": 0, "settings": 0, "model": 1, "data": 1, "training": 2, "eval": 3, "scripts": 4}
 
 
 def imported_packages(path: Path) -> set[str]:

@@ -265,16 +265,17 @@ def test_z_loss_value_and_gradients_equal_float64_autograd_of_the_full_logits(ch
     assert float(out - plain) == pytest.approx(z * float((lse**2).mean()), rel=1e-9)
 
 
-def test_the_model_adds_z_loss_in_training_and_never_in_evaluation():
+def test_the_model_adds_the_z_loss_it_is_handed_and_none_by_default():
+    """The trainer hands ``loss.z_loss`` to its training steps; validation and evaluation call
+    the model without it, so their loss is the plain cross-entropy."""
     config = ModelConfig(vocab_size=64, dim=16, n_layers=1, n_heads=2, gated_hidden=32)
     torch.manual_seed(0)
     model = Llama(config)
     tokens = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
     plain = model(tokens, tokens)
-    model.z_loss = 0.5
     with torch.no_grad():
         lse = torch.logsumexp(model(tokens).double(), -1)
-    assert float(model(tokens, tokens)) == pytest.approx(
+    assert float(model(tokens, tokens, z_loss=0.5)) == pytest.approx(
         float(plain) + 0.5 * float((lse**2).mean()), rel=1e-5
     )
     assert float(model.eval()(tokens, tokens)) == pytest.approx(float(plain), rel=1e-6)

@@ -12,7 +12,9 @@ import torch.nn.functional as F
 
 from data.packing import IGNORE_INDEX
 from model import Llama, ModelConfig
-from training.config import ExperimentConfig, check_trainer
+from train_helpers import with_setting
+from training.checks import check_config
+from training.config import ExperimentConfig
 from training.errors import ConfigError
 from training.loss_mask import (
     HASH_BASE,
@@ -23,7 +25,7 @@ from training.loss_mask import (
     goldfish_table_dropped,
 )
 from training.runtime.distributed import Env
-from training.runtime.parallelize import ParallelPlan, parallelize
+from training.runtime.parallelize import ParallelConfig, parallelize
 from training.step import token_weights, train_step
 
 
@@ -148,15 +150,15 @@ def test_the_end_of_document_mask_leaves_out_the_positions_whose_input_is_eos():
 
 def test_goldfish_k_1_and_bad_h_are_refused_naming_the_key():
     config = ExperimentConfig()
-    config.optim.goldfish_k = 1
-    with pytest.raises(ConfigError, match=r"optim\.goldfish_k=1 would leave every target out"):
-        check_trainer(config)
-    config.optim.goldfish_k, config.optim.goldfish_h = 50, 0
-    with pytest.raises(ConfigError, match=r"optim\.goldfish_h must be positive"):
-        check_trainer(config)
-    config.optim.goldfish_h = config.data.seq_len  # no target has that many ids before it
-    with pytest.raises(ConfigError, match=r"optim\.goldfish_h=\d+ is not below data\.seq_len"):
-        check_trainer(config)
+    with pytest.raises(ConfigError, match=r"loss\.goldfish_k=1 would leave every target out"):
+        check_config(with_setting(config, "loss.goldfish_k", 1))
+    config = with_setting(config, "loss.goldfish_k", 50)
+    with pytest.raises(ConfigError, match=r"loss\.goldfish_h must be positive"):
+        check_config(with_setting(config, "loss.goldfish_h", 0))
+    # no target has that many ids before it: refused against the data's, when the run starts
+    config = with_setting(config, "loss.goldfish_h", config.data.seq_len)
+    with pytest.raises(ConfigError, match=r"loss\.goldfish_h=\d+ is not below data\.seq_len"):
+        check_config(config)
 
 
 def test_token_weights_are_exactly_one_when_every_micro_batch_counts_the_same():
@@ -174,7 +176,7 @@ def tiny() -> Llama:
 
 def one_step(model: Llama, batch: dict, accumulation: int, loss_mask: LossMask):
     """One step of ``train_step`` with SGD at rate 1: the update is minus the gradient."""
-    trained = parallelize(model, Env(0, 1, 0, torch.device("cpu")), ParallelPlan())
+    trained = parallelize(model, Env(0, 1, 0, torch.device("cpu")), ParallelConfig())
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     before = [p.detach().clone() for p in model.parameters()]
     size = batch["inputs"].shape[0] // accumulation

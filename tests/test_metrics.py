@@ -25,8 +25,7 @@ def test_each_gpu_gets_its_own_data_sheet_peak(name, peak):
 def test_wandb_mode_from_the_environment_wins_over_the_config(tmp_path, monkeypatch):
     """``WANDB_MODE=disabled`` (a cluster's or CI's way to turn wandb off) used to be overridden
     by the config's default ``offline``, which still wrote an ``offline-run-*`` folder."""
-    from training.config import WandbConfig
-    from training.instruments.metrics import MetricsLogger, wandb_mode
+    from training.instruments.metrics import MetricsLogger, WandbConfig, wandb_mode
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     logger = MetricsLogger(tmp_path, WandbConfig(mode="offline"), {}, "run")

@@ -6,10 +6,10 @@ the rule itself, on a ``metrics.jsonl`` written by hand, and what wandb is sent.
 
 import json
 
-from training.config import WandbConfig
 from training.instruments.metrics import (
     SUPERSEDED_FILE,
     MetricsLogger,
+    WandbConfig,
     supersede_records_after,
 )
 

@@ -8,11 +8,13 @@ import torch
 
 from faults import faults_env
 from model import Llama, ModelConfig
-from train_helpers import losses, run, run_in_process, tiny_overrides
-from training.config import ExperimentConfig, OptimConfig, check_trainer
+from train_helpers import losses, run, run_in_process, tiny_overrides, with_setting
+from training.checks import check_config
+from training.config import ExperimentConfig
 from training.errors import ConfigError
-from training.muon import MuonAdamW, orthogonalize
-from training.optim import build_optimizer, parameter_groups
+from training.muon import MuonAdamW, MuonConfig, orthogonalize
+from training.optim import OptimConfig, build_optimizer
+from training.parameter_groups import parameter_groups
 
 A, B, C = 3.4445, -4.7750, 2.0315  # Muon's quintic Newton-Schulz coefficients
 
@@ -93,7 +95,7 @@ def test_the_attention_and_mlp_matrices_are_muons_at_its_rate_with_no_mup_factor
     parametrization,
 ):
     model = tiny_model(parametrization=parametrization, mup_base_dim=8)
-    config = OptimConfig(name="muon", lr=0.004, muon_lr=0.02, weight_decay=0.1)
+    config = OptimConfig(name="muon", lr=0.004, muon=MuonConfig(lr=0.02), weight_decay=0.1)
     groups = parameter_groups(model, config)
     muon = [g for g in groups if g.get("muon")]
     assert len(muon) == 1
@@ -114,20 +116,18 @@ def test_the_attention_and_mlp_matrices_are_muons_at_its_rate_with_no_mup_factor
 @pytest.mark.parametrize(
     ("key", "value", "match"),
     [
-        ("muon_momentum", 1.0, r"optim\.muon_momentum=1\.0 must lie in \[0, 1\)"),
-        ("fused", True, r"optim\.fused=true: Muon has no fused kernel"),
-        ("muon_lr", 0.0, r"optim\.muon_lr"),
+        ("muon.momentum", 1.0, r"optim\.muon\.momentum=1\.0 must lie in \[0, 1\)"),
+        ("fused", True, r"optim\.fused=true: optim\.name=muon has no fused kernel"),
+        ("muon.lr", 0.0, r"optim\.muon\.lr"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(key, value, match):
-    config = ExperimentConfig()
-    config.optim.name = "muon"
-    setattr(config.optim, key, value)
+    config = with_setting(ExperimentConfig(), "optim.name", "muon")
     with pytest.raises(ConfigError, match=match):
-        check_trainer(config)
+        check_config(with_setting(config, f"optim.{key}", value))
 
 
-MUON = {"optim.name": "muon", "optim.muon_lr": 0.02, "trainer.parallelism": "fsdp"}
+MUON = {"optim.name": "muon", "optim.muon.lr": 0.02, "parallel.strategy": "fsdp"}
 
 
 @pytest.mark.slow

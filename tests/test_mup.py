@@ -16,8 +16,8 @@ import torch
 from model import Llama
 from model.config import ModelConfig
 from train_helpers import compose, tiny_overrides
-from training.config import OptimConfig
-from training.optim import build_optimizer, parameter_groups, set_learning_rate
+from training.optim import OptimConfig, build_optimizer
+from training.parameter_groups import parameter_groups, set_learning_rate
 
 
 def config(dim: int, **extra) -> ModelConfig:

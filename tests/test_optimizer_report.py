@@ -12,7 +12,7 @@ from eval.runs import read_run
 from scripts.study import optimizer_report
 
 # the optimizers' settings beside optim.lr, and (rate on the selection seed -> loss): the
-# lower loss is the rate the ladder must use; AdamW's rates are optim.lr, Muon's optim.muon_lr
+# lower loss is the rate the ladder must use; AdamW's rates are optim.lr, Muon's optim.muon.lr
 OPTIMIZERS = {
     "adamw": (None, {3e-3: 2.30, 6e-3: 2.20}),
     "ademamix": ({"name": "ademamix"}, {1.5e-3: 2.40, 3e-3: 2.45}),
@@ -80,7 +80,7 @@ def test_each_optimizer_is_read_at_its_own_rate_and_the_gaps_are_paired_by_seed(
         "ademamix": 1.5e-3,
         "muon": 0.04,
     }
-    assert report["muon"]["setting"] == "optim.muon_lr"
+    assert report["muon"]["setting"] == "optim.muon.lr"
     assert report["adamw"]["setting"] == "optim.lr"
     for (optimizer, activation, width), diffs in GAPS.items():
         (row,) = [

@@ -10,9 +10,8 @@ import torch
 
 from model import Llama, ModelConfig
 from training.checks import check_config
-from training.config import TrainerConfig
 from training.runtime.distributed import Env
-from training.runtime.parallelize import ParallelPlan, parallelize, plan_from_config
+from training.runtime.parallelize import ParallelConfig, parallelize
 
 CPU = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
@@ -27,7 +26,7 @@ def tiny_model(activation: str = "xielu") -> Llama:
 
 
 def loss_and_grads(checkpointing: str, activation: str = "xielu", compile: str = "none"):
-    plan = ParallelPlan(activation_checkpointing=checkpointing, compile=compile)
+    plan = ParallelConfig(activation_checkpointing=checkpointing, compile=compile)
     model = parallelize(tiny_model(activation), CPU, plan)
     tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(1))
     loss = model(tokens[:, :-1], tokens[:, 1:])
@@ -50,14 +49,14 @@ def test_checkpointing_recomputes_exactly_the_gradients_autograd_keeps(checkpoin
 
 def test_checkpointing_wrappers_keep_the_models_state_dict_names():
     plain = tiny_model()
-    wrapped = parallelize(tiny_model(), CPU, ParallelPlan(activation_checkpointing="full")).bare
+    wrapped = parallelize(tiny_model(), CPU, ParallelConfig(activation_checkpointing="full")).bare
     assert list(wrapped.state_dict()) == list(plain.state_dict())
     wrapped.load_state_dict(plain.state_dict())  # strict: a plain checkpoint loads as it is
 
 
 def saved_numbers(checkpointing: str) -> int:
     """Numbers autograd keeps for backward in one forward (saved-tensor hooks)."""
-    model = parallelize(tiny_model(), CPU, ParallelPlan(activation_checkpointing=checkpointing))
+    model = parallelize(tiny_model(), CPU, ParallelConfig(activation_checkpointing=checkpointing))
     kept = {}
 
     def pack(t):
@@ -85,7 +84,7 @@ def backward_op_counts(checkpointing: str) -> dict[str, int]:
             self.ops[func.overloadpacket.__name__] += 1
             return func(*args, **(kwargs or {}))
 
-    model = parallelize(tiny_model(), CPU, ParallelPlan(activation_checkpointing=checkpointing))
+    model = parallelize(tiny_model(), CPU, ParallelConfig(activation_checkpointing=checkpointing))
     tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(1))
     loss = model(tokens[:, :-1], tokens[:, 1:])
     with Count() as count:
@@ -100,33 +99,30 @@ def test_full_checkpointing_keeps_least_and_selective_recomputes_no_matmul():
     assert selective["matmuls"] == none["matmuls"] < full["matmuls"]
 
 
-def test_plan_follows_the_trainer_config_under_the_same_names():
+def test_the_settings_on_a_device_resolve_only_auto_precision():
     cpu = torch.device("cpu")
-    plan = plan_from_config(
-        TrainerConfig(compile="model", activation_checkpointing="selective"), cpu
-    )
+    plan = ParallelConfig(compile="model", activation_checkpointing="selective").on(cpu)
     assert (plan.compile, plan.activation_checkpointing, plan.bf16) == ("model", "selective", False)
-    assert plan_from_config(TrainerConfig(precision="bf16"), cpu).precision == "bf16"
-    assert plan_from_config(TrainerConfig(precision="auto"), torch.device("cuda", 0)).bf16
-    assert plan_from_config(TrainerConfig(precision="auto"), cpu).precision == "fp32"
-    fsdp = TrainerConfig(fsdp_reshard_after_forward=False, fsdp_reduce_every_micro_batch=True)
-    plan = plan_from_config(fsdp, cpu)
+    assert ParallelConfig(precision="bf16").on(cpu).precision == "bf16"
+    assert ParallelConfig(precision="auto").on(torch.device("cuda", 0)).bf16
+    assert ParallelConfig(precision="auto").on(cpu).precision == "fp32"
+    fsdp = ParallelConfig(fsdp_reshard_after_forward=False, fsdp_reduce_every_micro_batch=True)
+    plan = fsdp.on(cpu)
     assert (plan.fsdp_reshard_after_forward, plan.fsdp_reduce_every_micro_batch) == (False, True)
 
 
 def test_unknown_checkpointing_mode_is_an_error_naming_the_key():
     from training.config import ExperimentConfig
 
-    config = ExperimentConfig(trainer=TrainerConfig(activation_checkpointing="some"))
-    with pytest.raises(ValueError, match=r"trainer\.activation_checkpointing='some'"):
-        check_config(config)
+    with pytest.raises(ValueError, match=r"parallel\.activation_checkpointing='some'"):
+        check_config(ExperimentConfig(parallel=ParallelConfig(activation_checkpointing="some")))
 
 
 def test_evaluation_plan_keeps_only_the_precision():
-    plan = ParallelPlan(
-        parallelism="fsdp", precision="bf16", compile="blocks", activation_checkpointing="full"
+    plan = ParallelConfig(
+        strategy="fsdp", precision="bf16", compile="blocks", activation_checkpointing="full"
     )
-    assert plan.for_evaluation() == ParallelPlan(precision="bf16")
+    assert plan.for_evaluation() == ParallelConfig(strategy="none", precision="bf16")
 
 
 @pytest.mark.slow
@@ -150,7 +146,7 @@ def test_compiling_the_blocks_also_compiles_the_loss_and_changes_no_result(fresh
 def test_the_compile_backend_setting_reaches_every_compile_of_the_run(
     backend, fresh_dynamo, monkeypatch
 ):
-    """``trainer.compile_backend``: a ``torch.compile`` that names no backend (the model's
+    """``parallel.compile_backend``: a ``torch.compile`` that names no backend (the model's
     blocks, the loss) hands its graph to the one set, never to Inductor, whose entry point
     here raises; under the default, Inductor is reached."""
     import torch._inductor.compile_fx as inductor
@@ -175,17 +171,17 @@ def test_a_compiled_run_takes_the_activation_path_measured_faster(monkeypatch):
     eager run keeps the op (the traced path's point is Inductor's fusion)."""
     from xielu.fused import ops
 
-    def backends(plan: ParallelPlan, **kwargs) -> set[str]:
+    def backends(plan: ParallelConfig, **kwargs) -> set[str]:
         model = tiny_model()
         for layer in model.layers:
             layer.mlp.act_fn.backend = kwargs.get("backend", "auto")
         parallelize(model, CPU, plan)
         return {layer.mlp.act_fn.backend for layer in model.layers}
 
-    compiled = ParallelPlan(compile="blocks")
+    compiled = ParallelConfig(compile="blocks")
     assert backends(compiled) == {"auto"}  # nothing measured faster
     monkeypatch.setattr(ops, "TRACED_FASTER", frozenset({("cpu", "fp32", "none")}))
     assert backends(compiled) == {"traced"}
     assert backends(compiled, backend="eager") == {"eager"}
-    assert backends(ParallelPlan()) == {"auto"}
-    assert backends(ParallelPlan(compile="blocks", precision="bf16")) == {"auto"}
+    assert backends(ParallelConfig()) == {"auto"}
+    assert backends(ParallelConfig(compile="blocks", precision="bf16")) == {"auto"}

@@ -13,10 +13,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from model import Llama, ModelConfig
 from model import loss as model_loss
-from training.config import OptimConfig
-from training.optim import build_optimizer
+from training.optim import OptimConfig, build_optimizer
 from training.runtime.distributed import Env
-from training.runtime.parallelize import ParallelPlan, parallelize
+from training.runtime.parallelize import ParallelConfig, parallelize
 
 MATMULS = {
     "mm",
@@ -73,7 +72,7 @@ def test_a_bf16_training_step_has_no_fp32_matmul_of_weight_sized_operands(
     training = parallelize(
         model,
         Env(0, 1, 0, cpu),
-        ParallelPlan(precision="bf16", activation_checkpointing=checkpointing),
+        ParallelConfig(precision="bf16", activation_checkpointing=checkpointing),
     )
     optimizer = build_optimizer(model, OptimConfig(), cpu)
     tokens = torch.randint(0, 256, (2, 33))
@@ -115,7 +114,7 @@ def test_fsdp2_blocks_see_the_fp32_residual_stream_and_rope_tables_as_one_gpu_do
         training = parallelize(
             model,
             Env(0, 2, 0, torch.device("cpu")),
-            ParallelPlan(parallelism="fsdp", precision="bf16"),
+            ParallelConfig(strategy="fsdp", precision="bf16"),
         )
         seen = []
         model.layers[0].register_forward_pre_hook(

@@ -18,7 +18,7 @@ def test_profile_steps_write_a_chrome_trace_of_those_steps_and_touch_no_cuda(
 
     monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", no_cuda)
     monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", no_cuda)
-    overrides = tiny_overrides(corpus, tmp_path, **{"trainer.profile_steps": "[3,4]"})
+    overrides = tiny_overrides(corpus, tmp_path, **{"profile.steps": "[3,4]"})
     assert run_in_process(overrides) == 0
     (trace,) = (tmp_path / "profile").iterdir()
     assert trace.name == "trace_rank00000_steps3-4.json"
@@ -31,6 +31,6 @@ def test_profile_steps_write_a_chrome_trace_of_those_steps_and_touch_no_cuda(
 
 @pytest.mark.parametrize("steps", ["[0,2]", "[5,4]", "[3]", "[11,13]"])
 def test_profile_steps_outside_the_run_are_refused_naming_the_key(corpus, tmp_path, steps):
-    overrides = tiny_overrides(corpus, tmp_path, **{"trainer.profile_steps": steps})
-    with pytest.raises(ValueError, match=r"trainer\.profile_steps="):
+    overrides = tiny_overrides(corpus, tmp_path, **{"profile.steps": steps})
+    with pytest.raises(ValueError, match=r"profile\.steps="):
         run_in_process(overrides)

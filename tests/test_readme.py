@@ -249,6 +249,8 @@ def check_script(path: str, args: list[str], markers: list[str]) -> None:
     if not (ROOT / path).is_file():
         raise CommandError(f"there is no file {path}")
     if path == "train.py":
+        if args[:2] in (["--cfg", "job"], ["-c", "job"]):  # Hydra prints the config it composes
+            args = args[2:]
         return compose_overrides(args)
     if path.endswith(".py") and (ROOT / path).parent != ROOT:
         check_module(path.removesuffix(".py").replace("/", "."), args, markers)
@@ -431,7 +433,7 @@ def readme_numbers() -> list[str]:
     from model import count_parameters
 
     quick, model = experiment()
-    t, seq = quick.trainer, quick.data.seq_len
+    t, seq, v = quick.trainer, quick.data.seq_len, quick.validation
     tekken = count_parameters(experiment("data.tokenizer.name=mistral_nemo")[1])
     assert tekken.embedding > tekken.total / 2, (
         "README: the Tekken model's parameters are no longer mostly embedding"
@@ -444,10 +446,10 @@ def readme_numbers() -> list[str]:
         f"a tiny xIELU Llama ({model.n_layers} layers, width {model.dim}, UTF-8 byte tokens,"
         f" {millions(count_parameters(model).total)} parameters) trained for {t.steps} steps of"
         f" {t.global_batch} x {seq} tokens",
-        f"over the first {t.eval_batches} held-out batches"
-        f" ({t.eval_batches * t.global_batch * seq:,} tokens)",
-        f"Over {t.eval_batches * t.global_batch * seq:,} held-out tokens, the first"
-        f" trainer.eval_batches={t.eval_batches} batches",
+        f"over the first {v.batches} held-out batches"
+        f" ({v.batches * t.global_batch * seq:,} tokens)",
+        f"Over {v.batches * t.global_batch * seq:,} held-out tokens, the first"
+        f" validation.batches={v.batches} batches",
         f"ln {model.vocab_size} = {math.log(model.vocab_size):.1f}",
         f"padded to {model.vocab_size}",
         f"{tokens_per_run(quick) / 1e6:.0f}M bytes is very little text",
@@ -512,7 +514,7 @@ def evaluation_numbers() -> list[str]:
 def fault_tolerance_numbers() -> list[str]:
     from model import count_parameters
     from training.checkpoint.load import IO_RETRIES
-    from training.config import TrainerConfig
+    from training.runtime.parallelize import ParallelConfig
 
     sbatch = (ROOT / "slurm/train.sbatch").read_text()
     warning = int(re.search(r"^#SBATCH --signal=USR1@(\d+)", sbatch, flags=re.M)[1])
@@ -520,7 +522,7 @@ def fault_tolerance_numbers() -> list[str]:
     return [
         f"retried on the same checkpoint {times(IO_RETRIES)}",
         f"after {IO_RETRIES} retries set aside",
-        f"`trainer.collective_timeout_s` (default {TrainerConfig().collective_timeout_s})",
+        f"`parallel.collective_timeout_s` (default {ParallelConfig().collective_timeout_s})",
         f"`--signal=USR1@{warning}` in `slurm/train.sbatch`: the time limit is"
         f" {warning // 60} minutes away",
         f"~{paper_1b * 12 / 1e9:.0f} GB per checkpoint, counted: 12 bytes per parameter",
@@ -592,7 +594,7 @@ def results_numbers() -> list[str]:
 
     study, model = experiment("experiment=study")
     params = count_parameters(model)
-    t, s = study.trainer, study.schedule
+    t, s, v = study.trainer, study.schedule, study.validation
     mini, mini_model = experiment("experiment=mini_ablation")
     width, width_model = experiment("experiment=width")
     width_std = model.init_std * math.sqrt(model.init_reference_dim / model.dim)
@@ -603,9 +605,9 @@ def results_numbers() -> list[str]:
         f"{t.steps} steps of {t.global_batch} x {study.data.seq_len} tokens,"
         f" {tokens_per_run(study) / 1e6:.2f}M tokens per run. WSD schedule: {s.warmup_steps}"
         f" warmup steps, then a {s.decay_shape} cooldown over the last {s.decay_steps}.",
-        f"every {t.eval_every} steps, {t.steps // t.eval_every} points in all, on the same"
-        f" {t.eval_batches * t.global_batch * study.data.seq_len:,} held-out tokens"
-        f" ({study.data.validation_documents} documents, {t.eval_batches} batches)",
+        f"every {v.every} steps, {t.steps // v.every} points in all, on the same"
+        f" {v.batches * t.global_batch * study.data.seq_len:,} held-out tokens"
+        f" ({study.data.validation_documents} documents, {v.batches} batches)",
         f"std {model.init_std} x sqrt({model.init_reference_dim} / {model.dim}) = {width_std:.3f}",
         f"--parallel 2 # {len(jobs('study_lr'))} runs",
         f"--parallel 2 # {len(jobs('study_seeds'))} runs",

@@ -26,8 +26,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 # the overrides appended to every training command after the first: a few steps of the same run
 SHORT = [
     "trainer.steps=6",
-    "trainer.eval_every=6",
-    "trainer.checkpoint_every=6",
+    "validation.every=6",
+    "checkpoint.every=6",
     "schedule.warmup_steps=2",
     "schedule.decay_steps=2",
 ]

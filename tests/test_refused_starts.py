@@ -35,9 +35,9 @@ def base(corpus: Path, run_dir: Path, **extra) -> list[str]:
         "trainer.steps": 4,
         "schedule.warmup_steps": 1,
         "schedule.decay_steps": 1,
-        "trainer.checkpoint_every": 2,
-        "trainer.keep_checkpoints": 3,
-        "trainer.eval_every": 2,
+        "checkpoint.every": 2,
+        "checkpoint.keep": 3,
+        "validation.every": 2,
         **extra,
     }
     return tiny_overrides(corpus, run_dir, **values)

@@ -11,10 +11,12 @@ from omegaconf import OmegaConf
 from scripts.results_table import summarise
 from training import schedule as schedules
 from training.checks import check_config as validate
-from training.config import ExperimentConfig, OptimConfig, ScheduleConfig, TrainerConfig
+from training.config import ExperimentConfig, TrainerConfig
 from training.errors import ConfigError
+from training.optim import OptimConfig
 from training.schedule import (
     Schedule,
+    ScheduleConfig,
     available_schedules,
     cosine,
     learning_rate,
@@ -134,10 +136,13 @@ def test_a_schedule_registered_twice_is_an_error(registry):
 
 def test_an_unknown_schedule_is_refused_naming_the_key_and_the_registered_names(registry):
     register_schedule(Schedule("constant", lambda *_: 1.0, "constant"))
-    config = ExperimentConfig(schedule=ScheduleConfig(name="cosin"))
     with pytest.raises(
         ConfigError, match=r"^schedule\.name='cosin' is not one of wsd, cosine, constant$"
     ):
+        ExperimentConfig(schedule=ScheduleConfig(name="cosin"))
+    config = ExperimentConfig()
+    config.schedule.name = "cosin"  # changed after it was checked
+    with pytest.raises(ConfigError, match=r"^schedule\.name='cosin' is not one of"):
         validate(config)
     with pytest.raises(ConfigError, match=r"schedule\.name='cosin'"):
         learning_rate(0, 100, config.optim, config.schedule)

@@ -42,8 +42,8 @@ def test_each_signal_checkpoints_and_requeues_only_when_it_asks_for_it(
         run_dir,
         **{
             "trainer.steps": 100000,
-            "trainer.checkpoint_every": 0,
-            "trainer.eval_every": 0,
+            "checkpoint.every": 0,
+            "validation.every": 0,
         },
     )
     code, output = run(overrides, env={**env, **faults_env(signal=f"{sig}@3")}, timeout=120)
@@ -68,7 +68,7 @@ def test_sigterm_to_the_whole_step_with_workers_checkpoints_and_the_rerun_repeat
     code, output = run(tiny_overrides(corpus, reference_dir, **workers), env=env)
     assert code == 0, output
     run_dir = tmp_path / "run"
-    overrides = tiny_overrides(corpus, run_dir, **workers, **{"trainer.checkpoint_every": 0})
+    overrides = tiny_overrides(corpus, run_dir, **workers, **{"checkpoint.every": 0})
     process = launch(overrides, env=env)  # its process group is the job's
     seen = []
     for line in process.stdout:  # signal once step 3 is logged, as a scheduler would at any time

@@ -126,7 +126,7 @@ def test_the_sbatch_script_trains_and_resumes_on_two_nodes_like_one_node(corpus,
     from train_helpers import ROOT, losses, run_launched, tiny_overrides
 
     log = _fake_slurm(tmp_path / "bin", nodes=2)
-    extra = {"data.num_workers": 1, "trainer.steps": 8, "trainer.checkpoint_every": 4}
+    extra = {"data.num_workers": 1, "trainer.steps": 8, "checkpoint.every": 4}
     single_dir = tmp_path / "single"
     code, output = run_launched(
         tiny_overrides(corpus, single_dir, **extra), torchrun=2, timeout=240

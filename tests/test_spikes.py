@@ -118,10 +118,10 @@ def test_the_trainer_counts_spikes_logs_them_and_skips_them_only_when_asked(
         tmp_path,
         **{
             "trainer.steps": 24,
-            "trainer.spike_window": 10,
-            "trainer.spike_threshold": 0.1,
-            "trainer.spike_skip": str(skip).lower(),
-            "trainer.spike_skip_limit": 1000,  # every spike skipped: none taken as a new level
+            "spikes.window": 10,
+            "spikes.threshold": 0.1,
+            "spikes.skip": str(skip).lower(),
+            "spikes.skip_limit": 1000,  # every spike skipped: none taken as a new level
         },
     )
     assert run_in_process(overrides) == 0
@@ -172,10 +172,9 @@ def test_each_spike_warning_says_what_became_of_the_update(caplog):
             health.settle(step, health.should_update(2.0, norm), 2.0, norm, report=True)
     lines = [r.getMessage() for r in caplog.records]
     assert [line.split(":")[0] for line in lines] == ["step 201", "step 202", "step 203"]
-    assert all(line.endswith("; update skipped (trainer.spike_skip)") for line in lines[:2])
+    assert all(line.endswith("; update skipped (spikes.skip)") for line in lines[:2])
     assert lines[2].endswith(
-        "3 spikes in a row (trainer.spike_skip_limit) are taken as a new "
-        "level, which joins the window"
+        "3 spikes in a row (spikes.skip_limit) are taken as a new level, which joins the window"
     )
 
 

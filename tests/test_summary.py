@@ -75,7 +75,7 @@ def test_a_loss_near_the_entropy_says_to_train_longer(tiny, tmp_path):
 
 
 def test_none_logged_says_why_from_the_run_s_settings(tiny, tmp_path):
-    """The hint named trainer.eval_every=0 whatever the reason; and a logged loss whose slice
+    """The hint named validation.every=0 whatever the reason; and a logged loss whose slice
     this process never read (a resume) came out as none logged."""
     model, tokenizer, config = tiny
     batches = [batch([0, 1, 2, 3])]
@@ -85,9 +85,9 @@ def test_none_logged_says_why_from_the_run_s_settings(tiny, tmp_path):
 
     held_none = replace(config, data=replace(config.data, validation_documents=0))
     assert "none logged (data.validation_documents=0" in first_line(held_none)
-    never = replace(config, trainer=replace(config.trainer, eval_every=0))
-    assert "none logged (trainer.eval_every=0" in first_line(never)
-    assert "trainer.eval_every=0" not in first_line(config)
+    never = replace(config, validation=replace(config.validation, every=0))
+    assert "none logged (validation.every=0" in first_line(never)
+    assert "validation.every=0" not in first_line(config)
     line = first_line(config, val_loss=1.3, batches=None)
     assert line.startswith("validation loss 1.300 nats/token") and "none logged" not in line
 
@@ -123,11 +123,11 @@ def test_the_closing_line_says_what_the_validation_loss_covers(tiny, tmp_path):
     record = {"step": 100, "val/loss": 1.5, "val/tokens": 8192}
     (tmp_path / "metrics.jsonl").write_text(json.dumps(record) + "\n")
     batches = [batch([1, 2, 3])]
-    part = replace(config, trainer=replace(config.trainer, eval_batches=4))
+    part = replace(config, validation=replace(config.validation, batches=4))
     (line, *_) = run_summary(model, tokenizer, batches, tmp_path, part, max_new_tokens=2)
-    assert "Over 8,192 held-out tokens, the first trainer.eval_batches=4 batches" in line
+    assert "Over 8,192 held-out tokens, the first validation.batches=4 batches" in line
     assert f"python -m eval.perplexity {tmp_path} scores the whole slice" in line
-    whole = replace(config, trainer=replace(config.trainer, eval_batches=0))
+    whole = replace(config, validation=replace(config.validation, batches=0))
     (line, *_) = run_summary(model, tokenizer, batches, tmp_path, whole, max_new_tokens=2)
     assert line.endswith("Over the whole held-out slice (8,192 tokens).")
 

@@ -100,7 +100,7 @@ def test_submitit_local_runs_a_two_job_sweep_and_the_table_reads_it(tmp_path):
     corpus = tmp_path / "corpus"
     write_parquet_corpus(corpus, files=2)
     overrides = tiny_overrides(
-        corpus, tmp_path / "runs" / "${model.activation}", **{"trainer.eval_every": 8}
+        corpus, tmp_path / "runs" / "${model.activation}", **{"validation.every": 8}
     )
     cmd = [
         sys.executable,
@@ -144,8 +144,8 @@ def test_null_booleans_and_lists_in_a_sweep_reach_the_config_as_values():
                 "overrides": ["experiment=quickstart"],
                 "sweep": {
                     "model.mlp_hidden": [None],
-                    "trainer.async_checkpoint": [True],
-                    "trainer.profile_steps": [[2, 3]],
+                    "checkpoint.async_write": [True],
+                    "profile.steps": [[2, 3]],
                 },
             }
         ]
@@ -153,10 +153,10 @@ def test_null_booleans_and_lists_in_a_sweep_reach_the_config_as_values():
     (job,) = expand(sweep)
     config, _ = compose(job)
     assert config.model.mlp_hidden is None
-    assert config.trainer.async_checkpoint is True
-    assert config.trainer.profile_steps == [2, 3]
+    assert config.checkpoint.async_write is True
+    assert config.profile.steps == [2, 3]
     (cmd,) = commands(sweep, "basic")
-    assert "model.mlp_hidden=null" in cmd and "trainer.async_checkpoint=true" in cmd
+    assert "model.mlp_hidden=null" in cmd and "checkpoint.async_write=true" in cmd
 
 
 @pytest.mark.slow

@@ -37,10 +37,10 @@ def test_invalid_configs_stop_before_any_work_naming_the_key(corpus, tmp_path):
         ("trainer.global_batch=5", r"trainer\.global_batch=5 is not divisible"),
         ("schedule.warmup_steps=10", r"schedule\.warmup_steps=10 \+ schedule\.decay_steps=4"),
         ("data.seq_len=64", r"data\.seq_len=64 exceeds model\.max_seq_len=32"),
-        ("trainer.parallelism=zero3", r"trainer\.parallelism='zero3' is not one of"),
+        ("parallel.strategy=zero3", r"parallel\.strategy='zero3' is not one of"),
         ("trainer.global_batch_tokens=100", r"trainer\.global_batch_tokens=100 is not a"),
         # 0 passed validation and then stopped the run after its first (healthy) step
-        ("trainer.max_bad_steps=0", r"trainer\.max_bad_steps must be positive, got 0"),
+        ("spikes.max_bad_steps=0", r"spikes\.max_bad_steps must be positive, got 0"),
         # issue 36: a negative clip climbed the gradient, lr 0 trained nothing, a zero MLP
         # width divided by zero, a small vocabulary indexed past the embedding at step 1
         ("optim.grad_clip=-1", r"optim\.grad_clip must be >= 0 .* got -1"),
@@ -160,7 +160,7 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(corpus, tmp_path, caplog
         tiny_overrides(
             corpus,
             many,
-            **{"trainer.max_bad_steps": 2, "trainer.checkpoint_every": 2},
+            **{"spikes.max_bad_steps": 2, "checkpoint.every": 2},
         ),
         fault_components(nan_steps=[2, 3, 4]),
     )
@@ -217,7 +217,7 @@ def test_batch_in_tokens_and_activation_checkpointing_train_the_same(corpus, ref
         **{
             "trainer.global_batch": 999,
             "trainer.global_batch_tokens": 4 * 32,
-            "trainer.activation_checkpointing": "full",
+            "parallel.activation_checkpointing": "full",
         },
     )
     assert run_in_process(overrides) == 0
@@ -240,12 +240,12 @@ def test_the_loop_runs_each_hook_where_it_belongs(corpus, tmp_path, capsys, capl
         "trainer.steps": 4,
         "schedule.warmup_steps": 1,
         "schedule.decay_steps": 2,
-        "trainer.eval_every": 2,
+        "validation.every": 2,
         "logging.grad_norms_every": 2,
         "logging.outliers_every": 2,
         "optim.grad_clip": 1e-3,
-        "optim.goldfish_k": 4,
-        "optim.goldfish_h": 2,
+        "loss.goldfish_k": 4,
+        "loss.goldfish_h": 2,
     }
     with caplog.at_level(logging.INFO, logger="training.loop"):
         assert run_in_process(tiny_overrides(corpus, run_dir, **extra)) == 0
@@ -273,7 +273,7 @@ def test_the_loop_runs_each_hook_where_it_belongs(corpus, tmp_path, capsys, capl
 @pytest.mark.mutation
 def test_in_loop_downstream_calls_the_evaluator_given_at_its_cadence(corpus, tmp_path):
     """``train(..., downstream=evaluator)``: the evaluator gets the model being trained and the
-    run's task settings at every ``trainer.downstream_every`` steps (lm-eval's own scores:
+    run's task settings at every ``downstream.every`` steps (lm-eval's own scores:
     tests/test_downstream_in_training.py)."""
     from model import Llama
     from training.loop import train
@@ -288,10 +288,10 @@ def test_in_loop_downstream_calls_the_evaluator_given_at_its_cadence(corpus, tmp
     data.mkdir()
     run_dir = tmp_path / "run"
     settings = {
-        "trainer.downstream_every": 6,
-        "trainer.downstream_tasks": "[piqa]",
-        "trainer.downstream_limit": 3,
-        "trainer.downstream_data": str(data),
+        "downstream.every": 6,
+        "downstream.tasks": "[piqa]",
+        "downstream.limit": 3,
+        "downstream.data": str(data),
     }
     config, config_yaml = compose(tiny_overrides(corpus, run_dir, **settings))
     assert train(config, config_yaml, downstream=evaluator) == 0
@@ -306,8 +306,8 @@ def test_in_loop_downstream_without_an_evaluator_is_refused_before_any_work(corp
     from training.loop import Trainer
 
     run_dir = tmp_path / "run"
-    overrides = tiny_overrides(corpus, run_dir, **{"trainer.downstream_every": 6})
-    with pytest.raises(ConfigError, match=r"trainer\.downstream_every=6 needs a downstream"):
+    overrides = tiny_overrides(corpus, run_dir, **{"downstream.every": 6})
+    with pytest.raises(ConfigError, match=r"downstream\.every=6 needs a downstream"):
         Trainer(*compose(overrides))
     assert not run_dir.exists()
 

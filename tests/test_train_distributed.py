@@ -16,7 +16,7 @@ from train_helpers import losses, metrics, run, run_in_process, tiny_overrides
 def single(corpus, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("single")
     overrides = tiny_overrides(
-        corpus, run_dir, **{"data.num_workers": 2, "trainer.steps": 8, "trainer.eval_batches": 0}
+        corpus, run_dir, **{"data.num_workers": 2, "trainer.steps": 8, "validation.batches": 0}
     )
     assert run_in_process(overrides) == 0
     return losses(run_dir), validation(run_dir)
@@ -37,9 +37,9 @@ def test_two_processes_match_one_process_with_the_same_global_batch(
         **{
             "data.num_workers": 1,
             "trainer.steps": 8,
-            "trainer.parallelism": parallelism,
+            "parallel.strategy": parallelism,
             # the whole validation slice: the ranks hold different numbers of batches
-            "trainer.eval_batches": 0,
+            "validation.batches": 0,
         },
     )
     single_losses, single_val = single
@@ -61,7 +61,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(
 @pytest.mark.slow
 def test_fsdp2_reducing_every_micro_batch_follows_the_same_trajectory(corpus, tmp_path):
     """Gradients reduce-scattered after each micro-batch and summed as shards equal those
-    summed whole and reduce-scattered once (``trainer.fsdp_reduce_every_micro_batch``)."""
+    summed whole and reduce-scattered once (``parallel.fsdp_reduce_every_micro_batch``)."""
     trajectories = []
     for every in ("false", "true"):
         run_dir = tmp_path / every
@@ -69,12 +69,12 @@ def test_fsdp2_reducing_every_micro_batch_follows_the_same_trajectory(corpus, tm
             corpus,
             run_dir,
             **{
-                "trainer.parallelism": "fsdp",
-                "trainer.fsdp_reduce_every_micro_batch": every,
+                "parallel.strategy": "fsdp",
+                "parallel.fsdp_reduce_every_micro_batch": every,
                 "trainer.global_batch": 8,  # 2 ranks x 2 micro-batches of 2
                 "trainer.steps": 6,
-                "trainer.eval_every": 0,
-                "trainer.checkpoint_every": 0,
+                "validation.every": 0,
+                "checkpoint.every": 0,
             },
         )
         code, output = run(overrides, ranks=2, timeout=240)
@@ -115,11 +115,11 @@ def test_fsdp2_bf16_keeps_and_logs_the_activation_scalars_in_fp32(corpus, tmp_pa
             corpus,
             run_dir,
             **{
-                "trainer.parallelism": parallelism,
-                "trainer.precision": "bf16",
+                "parallel.strategy": parallelism,
+                "parallel.precision": "bf16",
                 "trainer.steps": 6,
-                "trainer.eval_every": 0,
-                "trainer.checkpoint_every": 0,
+                "validation.every": 0,
+                "checkpoint.every": 0,
                 "optim.lr": 0.01,  # the alphas move by ~lr per step: well off their init
                 "logging.grad_norms_every": 1,
             },
@@ -160,7 +160,7 @@ def test_the_summary_entropy_is_that_of_every_ranks_validation_share(corpus, tmp
     from training.summary import unigram_entropy
 
     overrides = tiny_overrides(
-        corpus, tmp_path, **{"trainer.steps": 6, "trainer.eval_batches": 0, "data.num_workers": 1}
+        corpus, tmp_path, **{"trainer.steps": 6, "validation.batches": 0, "data.num_workers": 1}
     )
     code, output = run(overrides, ranks=2, timeout=240)
     assert code == 0, output[-3000:]

@@ -60,8 +60,8 @@ def test_the_trainer_follows_the_cosine_schedule_when_asked(corpus, tmp_path):
         **{
             "schedule.name": "cosine",
             "trainer.steps": 6,
-            "trainer.eval_every": 0,
-            "trainer.checkpoint_every": 0,
+            "validation.every": 0,
+            "checkpoint.every": 0,
             "optim.min_lr": 1e-4,
         },
     )
@@ -134,11 +134,11 @@ def tiny_step(batches: list[dict], phases: list[str] | None = None):
     """``train_step`` over ``batches`` (one micro-batch each) for ``tiny_model()`` on one
     process, with SGD at rate 1 and no clipping: the step's result and the trained model."""
     from training.runtime.distributed import Env
-    from training.runtime.parallelize import ParallelPlan, parallelize
+    from training.runtime.parallelize import ParallelConfig, parallelize
     from training.step import train_step
 
     model = tiny_model()
-    trained = parallelize(model, Env(0, 1, 0, torch.device("cpu")), ParallelPlan())
+    trained = parallelize(model, Env(0, 1, 0, torch.device("cpu")), ParallelConfig())
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     on_phase = phases.append if phases is not None else (lambda phase: None)
     result = train_step(trained, optimizer, iter(batches), len(batches), 0.0, on_phase=on_phase)

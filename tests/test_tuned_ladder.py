@@ -40,7 +40,7 @@ def _write_run(run_dir, config, final=None, diverged=False):
                 "optim": {
                     "name": config.optim.name,
                     "lr": config.optim.lr,
-                    "muon_lr": config.optim.muon_lr,
+                    "muon_lr": config.optim.muon.lr,
                 },
                 "trainer": {"steps": config.trainer.steps, "seed": config.trainer.seed},
             }
@@ -115,13 +115,13 @@ BEST_UNDER = {
 @pytest.mark.slow  # composes the 84 jobs of two sweeps
 @pytest.mark.xdist_group(SWEEP_POINTS)
 def test_each_optimizer_takes_its_own_rate_from_its_own_tuning_runs(tmp_path, monkeypatch):
-    """Under Muon the ladder carries ``optim.muon_lr`` and keeps the AdamW part's ``optim.lr``
+    """Under Muon the ladder carries ``optim.muon.lr`` and keeps the AdamW part's ``optim.lr``
     as its grid sets it; under AdamW and AdEMAMix it carries ``optim.lr``."""
     monkeypatch.setattr(tuned_rates, "ROOT", tmp_path)
     for job in expand(load_sweep("optimizers_gh200_tune"), SWEEP_DATA):
         config = resolve(job)
         arm = (config.model.activation, config.optim.name)
-        rate = config.optim.muon_lr if arm[1] == "muon" else config.optim.lr
+        rate = config.optim.muon.lr if arm[1] == "muon" else config.optim.lr
         loss = 2.0 + abs(math.log2(rate / BEST_UNDER[arm]))
         _write_run(tmp_path / config.trainer.run_dir, config, loss)
     ladder = load_sweep("optimizers_gh200")
@@ -133,7 +133,7 @@ def test_each_optimizer_takes_its_own_rate_from_its_own_tuning_runs(tmp_path, mo
     for c in configs:
         best = BEST_UNDER[(c.model.activation, c.optim.name)]
         if c.optim.name == "muon":
-            assert (c.optim.muon_lr, c.optim.lr) == (best, 1e-3)
+            assert (c.optim.muon.lr, c.optim.lr) == (best, 1e-3)
         else:
             assert c.optim.lr == best
     assert len({c.trainer.run_dir for c in configs}) == len(jobs)
@@ -228,7 +228,7 @@ def test_only_runs_the_jobs_with_the_values_named_and_refuses_an_unknown_key(cap
     sweep_script.main(["optimizers_muon_seeds", "--launcher", "basic", "--dry-run"])
     every = [line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
     args = ["optimizers_muon_seeds", "--launcher", "basic", "--dry-run", "--only", "model.dim=64"]
-    assert sweep_script.main([*args, "--only", "optim.muon_lr=0.04"]) == 0
+    assert sweep_script.main([*args, "--only", "optim.muon.lr=0.04"]) == 0
     chosen = [line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
     assert chosen == [line for line in every if "model.dim=64 " in line]
     assert len(chosen) == 12  # 4 activations x 3 seeds at width 64, as the file says

@@ -148,7 +148,7 @@ def test_muon_runs_are_reported_by_their_muon_rate_and_never_mixed_with_adamw(tm
     (row,) = width_report.rate_rows([read_run(r) for r in muon], 0, base=64)
     assert row["best_lr"] == 0.04 and sorted(row["losses"]) == [0.02, 0.04, 0.08]
     assert width_report.main(list(map(str, muon))) == 0
-    assert "## Rates (seed 0, optim.muon_lr)" in capsys.readouterr().out
+    assert "## Rates (seed 0, optim.muon.lr)" in capsys.readouterr().out
     adamw = fake_run(tmp_path, "xielu", "mup", 64, 3e-3, 0, 2.0)
     with pytest.raises(SystemExit, match=r"2 optimizers \(adamw, muon\)"):
         width_report.main([*map(str, muon), str(adamw)])

@@ -30,6 +30,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 
 
+def with_setting(config, dotted: str, value):
+    """``config`` with one setting changed (``optim.muon.lr``), every section on the way built
+    anew (``dataclasses.replace``), so that the changed section checks itself as composing
+    would."""
+    from dataclasses import replace
+
+    head, _, rest = dotted.partition(".")
+    if not rest:
+        return replace(config, **{head: value})
+    return replace(config, **{head: with_setting(getattr(config, head), rest, value)})
+
+
 def tiny_overrides(corpus_dir: Path, run_dir: Path, **extra) -> list[str]:
     values = {
         "model.dim": 32,
@@ -46,9 +58,9 @@ def tiny_overrides(corpus_dir: Path, run_dir: Path, **extra) -> list[str]:
         "trainer.micro_batch": 2,
         "trainer.steps": 12,
         "trainer.log_every": 1,
-        "trainer.checkpoint_every": 4,
-        "trainer.eval_every": 6,
-        "trainer.eval_batches": 2,
+        "checkpoint.every": 4,
+        "validation.every": 6,
+        "validation.batches": 2,
         "schedule.warmup_steps": 2,
         "schedule.decay_steps": 4,
         "logging.wandb.mode": "disabled",

@@ -30,9 +30,53 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
+
+from settings import Run, Section, at_least, fraction
+
+
+@dataclass
+class AdEMAMixConfig(Section):
+    """``optim.ademamix``: the knobs AdEMAMix adds to Adam's (the Apertus models: betas
+    0.9/0.999, alpha 8, beta3 0.9999, both warmups 100,000 steps).
+
+    Attributes:
+        alpha: the weight on the slow average (Apertus: 8).
+        beta3: the slow average's decay (Apertus: 0.9999, a half-life of ~6,900 steps; a run
+            should be several half-lives long for it to matter).
+        alpha_warmup: steps over which alpha rises linearly from 0 (0: none).
+        beta3_warmup: steps over which beta3 rises from beta1 with its half-life growing
+            linearly (0: none).
+    """
+
+    alpha: float = 8.0
+    beta3: float = 0.9999
+    alpha_warmup: int = 0
+    beta3_warmup: int = 0
+
+    def check(self, run: Run | None = None) -> None:
+        at_least("optim.ademamix.alpha", self.alpha, 0)
+        fraction("optim.ademamix.beta3", self.beta3)
+        at_least("optim.ademamix.alpha_warmup", self.alpha_warmup, 0)
+        at_least("optim.ademamix.beta3_warmup", self.beta3_warmup, 0)
+
+
+def build(groups: list[dict], optim: Any, device: torch.device) -> AdEMAMix:
+    """``optim.name=ademamix`` (``training.optim.OPTIMIZERS``): its foreach path, every group."""
+    a = optim.ademamix
+    return AdEMAMix(
+        groups,
+        lr=optim.lr,
+        betas=(*optim.betas, a.beta3),
+        alpha=a.alpha,
+        alpha_warmup=a.alpha_warmup,
+        beta3_warmup=a.beta3_warmup,
+        eps=optim.eps,
+    )
 
 
 def alpha_at(step: int, alpha: float, warmup: int) -> float:

@@ -18,15 +18,25 @@ from __future__ import annotations
 
 import bisect
 import math
+from dataclasses import dataclass
+from typing import Any
 
-from training.config import ExperimentConfig
-from training.errors import ConfigError
+from settings import ConfigError
+
+
+@dataclass
+class RampStage:
+    """One stage of ``trainer.batch_ramp``: from the first optimizer step that starts with at
+    least ``tokens`` training tokens consumed, the global batch is ``global_batch`` sequences."""
+
+    tokens: int = 0
+    global_batch: int = 1
 
 
 class BatchPlan:
     """Every step's global batch and the tokens consumed before it, from the config."""
 
-    def __init__(self, config: ExperimentConfig, world_size: int = 1) -> None:
+    def __init__(self, config: Any, world_size: int = 1) -> None:
         self.seq_len, self.steps = config.data.seq_len, config.trainer.steps
         self.per_micro_batch = config.trainer.micro_batch * world_size  # sequences, all ranks
         self.ramped, self.ramp = bool(config.trainer.batch_ramp), config.trainer.batch_ramp
@@ -92,7 +102,7 @@ class BatchPlan:
         return bisect.bisect_left(range(self.steps + 1), position, key=self.position)
 
 
-def check_batch_ramp(config: ExperimentConfig, world_size: int) -> None:
+def check_batch_ramp(config: Any, world_size: int) -> None:
     """Raise ConfigError naming the stage when a ramp cannot run on ``world_size`` ranks."""
     per_step = config.trainer.micro_batch * world_size
     previous = 0

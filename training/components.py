@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from training.errors import CheckpointFormatError, ConfigError
@@ -48,6 +50,32 @@ class AtStop(enum.Enum):
     LATER = "later"  # due work at an interrupted step: pending, done first on resume
     NOW = "now"  # due work at an interrupted step: done at its step
     ALWAYS = "always"  # done at every stop, due or not
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a shipped component is built from (:meth:`Component.from_context`): the run's
+    settings and the parts the trainer made for the run, nothing else of the trainer.
+
+    Attributes:
+        config: the run's ``training.config.ExperimentConfig``: a component reads its own
+            section (``checkpoint``, ``validation``, ``spikes``, ``profile``, ``logging``).
+        env: ``training.runtime.distributed.Env``: rank, world size, device.
+        model: the ``training.runtime.parallelize.TrainingModel`` being trained.
+        model_config: the built model's ``ModelConfig`` (its vocabulary from the tokenizer).
+        run_dir: where the run writes.
+        batches: ``training.batch_ramp.BatchPlan``: each step's global batch and position.
+        measure: ``training.instruments.measurements.Measurements``: the held-out batches and
+            the evaluators the measuring components share.
+    """
+
+    config: Any
+    env: Any
+    model: Any
+    model_config: Any
+    run_dir: Path
+    batches: Any
+    measure: Any
 
 
 class Component:
@@ -72,10 +100,10 @@ class Component:
     at_last_even_when_off = False  # the run's last step also with every=0 (log, checkpoint)
 
     @classmethod
-    def from_trainer(cls, trainer: Any) -> Component | None:
-        """A shipped component, built from the settings it reads (``trainer.config``, the run
-        directory, the device, the wrapped model), or None where it has nothing to do: the
-        trainer lists its components without knowing their keys (``training.loop.SHIPPED``)."""
+    def from_context(cls, context: Context) -> Component | None:
+        """A shipped component, built from its section of the settings and the run's parts
+        (:class:`Context`), or None where it has nothing to do: the trainer lists its
+        components without knowing their keys (``training.loop.SHIPPED``)."""
         raise NotImplementedError(f"{cls.__name__} is not built by the trainer")
 
     def due(self, step: int, last: int) -> bool:

@@ -1,6 +1,7 @@
 """Every exception the trainer raises on purpose, in one place: what each means, and so what a
 caller (``train.py``, the evaluation, a test) may do about it. Raising modules import from here;
-this module imports nothing of the project, so no import runs back up inside ``training/``.
+this module imports nothing of ``training/`` (a refused setting's :class:`ConfigError` is the one
+``settings`` defines for every section, ``model`` and ``data`` too), so no import runs back up.
 
 Refusals (nothing was written, nothing changed): :class:`ConfigError`,
 :class:`IncompatibleCheckpointError`, :class:`NoLoadableCheckpointError`. A run that stops:
@@ -14,9 +15,8 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-
-class ConfigError(ValueError):
-    """A setting that cannot work, found before the run starts; the message names the key."""
+# re-exported: every refusal the trainer raises, in one place
+from settings import ConfigError as ConfigError
 
 
 class NonFiniteTrainingError(RuntimeError):

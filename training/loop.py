@@ -28,49 +28,23 @@ from training.checks import (
     check_on_device,
     unread_settings,
 )
-from training.components import Component, Components, TrainerState, keeps_state
+from training.components import Component, Components, Context, TrainerState, keeps_state
 from training.config import ExperimentConfig
 from training.errors import CheckpointWriteError, NonFiniteTrainingError
-from training.instruments.grad_norms import GradNorms
-from training.instruments.measurements import (
-    Diagnostics,
-    Downstream,
-    DownstreamEvaluator,
-    Measurements,
-    Validation,
-)
+from training.instruments.measurements import DownstreamEvaluator, Measurements
 from training.instruments.metrics import MetricsLogger
-from training.instruments.outliers import Outliers
-from training.instruments.profiling import Profiling
-from training.instruments.step_log import StepLog
 from training.loss_mask import LossMask
-from training.optim import build_optimizer, set_learning_rate
+from training.optim import build_optimizer
+from training.parameter_groups import set_learning_rate
 from training.runtime import distributed
-from training.runtime.float8 import Float8Scales
-from training.runtime.parallelize import compile_backend, parallelize, plan_from_config
+from training.runtime.parallelize import compile_backend, parallelize
 from training.runtime.preemption import Preemption
 from training.schedule import learning_rate
+from training.shipped import SHIPPED
 from training.step import train_step
-from training.step_health import StepHealth
 from training.summary import closing_summary, opening_line
 
 log = logging.getLogger(__name__)
-
-# The shipped components, in the order their hooks run: at the end of a step the profile closes,
-# the step is logged, then measured. Each builds itself from the settings it reads
-# (``Component.from_trainer``); components added from outside run after them, and the
-# checkpoint, last, saves it all. A new one is its module and its line here.
-SHIPPED: tuple[type[Component], ...] = (
-    StepHealth,
-    GradNorms,
-    Outliers,
-    Profiling,
-    StepLog,
-    Diagnostics,
-    Validation,
-    Downstream,
-    Float8Scales,
-)
 
 EXIT_NON_FINITE = 3
 EXIT_CHECKPOINT_FAILED = 4
@@ -92,12 +66,12 @@ class Trainer:
         downstream: DownstreamEvaluator | None = None,
         components: Sequence[Component] = (),
     ) -> None:
-        """``downstream``: what evaluates ``trainer.downstream_tasks`` (``train.py`` passes
+        """``downstream``: what evaluates ``downstream.tasks`` (``train.py`` passes
         ``eval.downstream.during_training``; training does not import eval). ``components``:
         added from outside (docs/extending.md), run after the shipped ones, before the
         checkpoint."""
         self.config, self.config_yaml = config, config_yaml
-        self.env = env = distributed.init(config.trainer.collective_timeout_s)
+        self.env = env = distributed.init(config.parallel.collective_timeout_s)
         check_config(config, env.world_size, downstream)
         t = config.trainer
         self.run_dir = Path(t.run_dir)
@@ -105,11 +79,10 @@ class Trainer:
         self.global_batch, self.accumulation = self.plan.at(0)
         self.tokenizer = load_tokenizer(config.data.tokenizer)
         check_against_tokenizer(config, self.tokenizer)
-        self.loss_mask = LossMask.from_config(config.optim, self.tokenizer.eos_id)
+        self.loss_mask = LossMask.from_config(config.loss, self.tokenizer.eos_id)
         model = build_model(config, self.tokenizer.vocab_size, env.device)
         self.model_config = model.config
-        model.z_loss = config.optim.z_loss  # in training only: Llama drops it in eval()
-        self.model = parallelize(model, env, plan_from_config(t, env.device))
+        self.model = parallelize(model, env, config.parallel)
         self.optimizer = build_optimizer(self.model.bare, config.optim, env.device)
         self.loader = build_loader(config.data, t.micro_batch, env.rank, env.world_size)
         self.measure = Measurements(
@@ -119,8 +92,11 @@ class Trainer:
         self.resumed_at: int | None = None  # the checkpoint's step, when the start resumed one
         self.record: dict = {}  # the step's values: the loss, lr and norm, what components add
         self.stopping = False  # a stop signal reached every rank at this step
-        self.checkpointing = Checkpointing.from_trainer(self)
-        shipped = [c for c in (cls.from_trainer(self) for cls in SHIPPED) if c is not None]
+        context = Context(
+            config, env, self.model, self.model_config, self.run_dir, self.plan, self.measure
+        )
+        self.checkpointing = Checkpointing.from_context(context)
+        shipped = [c for c in (cls.from_context(context) for cls in SHIPPED) if c is not None]
         self.components = Components([*shipped, *components, self.checkpointing], t.steps)
         # every part whose state changes the run's future: saved and restored together
         self.state = TrainerState()
@@ -193,8 +169,8 @@ class Trainer:
             total = distributed.all_reduce_sum([loss_sum.item()], env.device)[0]
             loss = total / (self.accumulation * env.world_size)
             self.record = {"loss": loss, "lr": lr, "grad_norm": float(grad_norm)}
-            if c.optim.name == "muon":  # the matrices' rate: the schedule's, scaled
-                self.record["muon_lr"] = lr * c.optim.muon_lr / c.optim.lr
+            if c.optim.matrix_rate:  # the matrices' own rate (muon_lr): the schedule's, scaled
+                self.record[f"{c.optim.name}_lr"] = lr * c.optim.matrix_rate[1] / c.optim.lr
             return self.components.before_update(self, step, loss, self.record["grad_norm"])
 
         try:
@@ -207,6 +183,7 @@ class Trainer:
                 should_update=decide,
                 before_clip=functools.partial(self.components.before_clip, self, step),
                 loss_mask=self.loss_mask,
+                z_loss=c.loss.z_loss,
             )
         except torch.OutOfMemoryError:
             self.components.out_of_memory(self)
@@ -252,25 +229,16 @@ def train(
     components: Sequence[Component] = (),
 ) -> int:
     """Run training; returns the process exit code."""
-    with compile_backend(config.trainer.compile_backend):
-        return _train(config, config_yaml, downstream, components)
-
-
-def _train(
-    config: ExperimentConfig,
-    config_yaml: str,
-    downstream: DownstreamEvaluator | None,
-    components: Sequence[Component],
-) -> int:
-    trainer = Trainer(config, config_yaml, downstream, components)
-    try:
-        return trainer.run()
-    except NonFiniteTrainingError as error:
-        log.error("%s", error)
-        return EXIT_NON_FINITE
-    except CheckpointWriteError as error:
-        log.error("%s", error)
-        return EXIT_CHECKPOINT_FAILED
-    finally:
-        trainer.release_model()
-        distributed.shutdown()
+    with compile_backend(config.parallel.compile_backend):
+        trainer = Trainer(config, config_yaml, downstream, components)
+        try:
+            return trainer.run()
+        except NonFiniteTrainingError as error:
+            log.error("%s", error)
+            return EXIT_NON_FINITE
+        except CheckpointWriteError as error:
+            log.error("%s", error)
+            return EXIT_CHECKPOINT_FAILED
+        finally:
+            trainer.release_model()
+            distributed.shutdown()

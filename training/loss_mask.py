@@ -1,12 +1,12 @@
-"""Which targets the training loss leaves out: Goldfish's hashed one in k, and end-of-document
-inputs.
+"""The training loss's own settings (the ``loss`` section: the z-loss, and which targets it
+leaves out: Goldfish's hashed one in k, and end-of-document inputs).
 
 **Goldfish loss** (Hans et al. 2024, "Be like a Goldfish, Don't Memorize!"): a target token is
 left out of the loss when a hash of the ``h`` ids around it falls in a 1/k bucket, so a model
 never sees the loss of a part of the tokens of a text, and cannot reproduce a memorised
 passage verbatim. The decision depends on those ``h`` ids alone: the same text drops the same
 tokens wherever it lands, on every rank, after a resume and at any world size. Two rules
-(``optim.goldfish_rule``):
+(``loss.goldfish_rule``):
 
 - ``table``, the rule of the code Apertus trained with (the Goldfish authors' ``hash-table``
   strategy, which swiss-ai's Megatron carries): the key of the target at position ``j`` is the
@@ -38,11 +38,69 @@ Both apply to training only. Validation and evaluation score every token (``data
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from data.packing import IGNORE_INDEX
+from settings import ConfigError, Run, Section, at_least, one_of
+
+GOLDFISH_RULES = ("table", "paper")
+# Goldfish's paper rule takes an int64 hash of the ids modulo k
+GOLDFISH_K_MAX = 2**63 - 1
+
+
+@dataclass
+class LossConfig(Section):
+    """``loss``: what the training loss adds and leaves out. With either mask the training loss
+    is the mean over the counted targets of the whole global batch; validation and evaluation
+    count every target and never add the z-loss.
+
+    Attributes:
+        z_loss: coefficient of the z-loss ``z * logsumexp(logits)^2`` (PaLM uses 1e-4), added to
+            the training loss inside the fused LM-head loss (``model/loss.py``); 0, the paper,
+            adds nothing. The logged training loss includes it.
+        goldfish_k: Goldfish loss: leave out of the training loss the targets whose
+            ``goldfish_h`` preceding ids hash into a 1/k bucket (Apertus: 50); 0 (the paper)
+            leaves none out; 1 would leave out all and is refused.
+        goldfish_h: how many token ids Goldfish hashes (Apertus: 50).
+        goldfish_rule: ``table`` (the code Apertus trained with: the product of the ``h``
+            labels ending at the target, looked up in a seeded table) or ``paper`` (a hash of
+            the ``h`` ids before the target, the paper's wording).
+        eod_mask: leave out of the training loss the positions whose input is the
+            end-of-document token (Megatron's ``--eod-mask-loss``; Apertus: on).
+    """
+
+    z_loss: float = 0.0
+    goldfish_k: int = 0
+    goldfish_h: int = 50
+    goldfish_rule: str = "table"
+    eod_mask: bool = False
+
+    def check(self, run: Run | None = None) -> None:
+        at_least("loss.z_loss", self.z_loss, 0)
+        at_least("loss.goldfish_k", self.goldfish_k, 0)
+        at_least("loss.goldfish_h", self.goldfish_h, 1)
+        one_of("loss.goldfish_rule", self.goldfish_rule, GOLDFISH_RULES)
+        if self.goldfish_k > GOLDFISH_K_MAX:
+            raise ConfigError(
+                f"loss.goldfish_k={self.goldfish_k} is past 2**63 - 1: the ids' hash is an int64 "
+                "taken modulo k (and 1/k of the targets is already none at far smaller k)"
+            )
+        if self.goldfish_k == 1:
+            raise ConfigError(
+                "loss.goldfish_k=1 would leave every target out of the loss: 0 turns Goldfish "
+                "off, k >= 2 leaves out about 1/k"
+            )
+        seq_len = run.config.data.seq_len if run else None
+        if seq_len is not None and self.goldfish_k and self.goldfish_h >= seq_len:
+            raise ConfigError(
+                f"loss.goldfish_h={self.goldfish_h} is not below data.seq_len={seq_len}: no "
+                "target of a window has that many ids before it, so Goldfish would leave out "
+                "nothing"
+            )
+
 
 HASH_MODULUS = 2**31 - 1
 HASH_BASE = 1_000_003  # below the modulus: every product of two residues fits in int64
@@ -85,8 +143,8 @@ def goldfish_dropped(inputs: Tensor, k: int, h: int) -> Tensor:
 
 
 class LossMask:
-    """The training loss's mask from ``optim.goldfish_k`` / ``optim.goldfish_h`` and
-    ``optim.eod_mask_loss``; :meth:`apply` returns a batch whose left-out targets are
+    """The training loss's mask from ``loss.goldfish_k`` / ``loss.goldfish_h`` and
+    ``loss.eod_mask``; :meth:`apply` returns a batch whose left-out targets are
     ``IGNORE_INDEX``, which the fused loss skips."""
 
     def __init__(
@@ -102,11 +160,9 @@ class LossMask:
         self.goldfish_rule = goldfish_rule
 
     @classmethod
-    def from_config(cls, optim, eos_id: int) -> LossMask:
-        """From ``optim.goldfish_k``, ``_h``, ``_rule`` and ``optim.eod_mask_loss``."""
-        return cls(
-            optim.goldfish_k, optim.goldfish_h, optim.eod_mask_loss, eos_id, optim.goldfish_rule
-        )
+    def from_config(cls, loss: LossConfig, eos_id: int) -> LossMask:
+        """From the ``loss`` section."""
+        return cls(loss.goldfish_k, loss.goldfish_h, loss.eod_mask, eos_id, loss.goldfish_rule)
 
     @property
     def active(self) -> bool:

@@ -9,7 +9,7 @@ the quintic Newton-Schulz iteration whose coefficients (3.4445, -4.7750, 2.0315)
 learning (Yang, Simon and Bernstein 2023), which is what µP asks of a hidden matrix. So under
 ``model.parametrization=mup`` the Muon matrices take no ``1 / m`` factor on their rate; the AdamW
 groups (embedding, LM head, norms, the activation's scalars) keep µP's rules for Adam
-(``training.optim.parameter_groups``).
+(``training.parameter_groups.parameter_groups``).
 
 Why not ``torch.optim.Muon`` itself: it takes 2-D parameters only (the AdamW part would be a
 second optimizer, a second state to checkpoint and resume), and under FSDP2 it would
@@ -21,10 +21,44 @@ the same update as one process, to float32 rounding (``tests/test_muon.py``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.optim.adamw import adamw
+
+from settings import Run, Section, fraction, positive
+
+
+@dataclass
+class MuonConfig(Section):
+    """``optim.muon``: Muon's own knobs; every other parameter trains with AdamW at ``optim.lr``
+    with the shared betas, eps and decay.
+
+    Attributes:
+        lr: Muon's peak rate for the hidden matrices (an update of spectral norm
+            ``lr * sqrt(max(1, fan_out / fan_in))``; µP needs no width factor on it), on the
+            schedule's shape.
+        momentum: Muon's (Nesterov) momentum.
+    """
+
+    lr: float = 0.02
+    momentum: float = 0.95
+
+    def check(self, run: Run | None = None) -> None:
+        positive("optim.muon.lr", self.lr)
+        fraction("optim.muon.momentum", self.momentum)
+
+
+def build(groups: list[dict], optim: Any, device: torch.device) -> MuonAdamW:
+    """``optim.name=muon`` (``training.optim.OPTIMIZERS``): the matrices' group (``muon: True``,
+    from ``training.parameter_groups.parameter_groups``) and the AdamW rest, as one optimizer."""
+    return MuonAdamW(
+        groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, momentum=optim.muon.momentum
+    )
+
 
 NEWTON_SCHULZ = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's quintic coefficients
 NEWTON_SCHULZ_STEPS = 5

@@ -1,140 +1,188 @@
-"""The optimizer (AdamW, AdEMAMix, or Muon with AdamW), with weight decay only where it makes
-sense, decided by parameter role."""
+"""The optimizer: its section (``optim``), the table of optimizers, and the parameter groups
+every optimizer shares, with weight decay only where it makes sense, decided by parameter role.
+
+Adding an optimizer is its module and its line in :data:`OPTIMIZERS` (docs/extending.md): the
+module's ``build(groups, optim, device)`` makes it from :func:`parameter_groups` and the
+``optim`` section; an optimizer with knobs of its own gives them a section dataclass in its
+module and a field of :class:`OptimConfig` named after it (``optim.ademamix.*``,
+``optim.muon.*``). The checks, the trainer, the reports and the sweeps ask this table.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
-from training.ademamix import AdEMAMix
-from training.config import OptimConfig
-from training.muon import MuonAdamW
+from settings import ConfigError, Run, Section, at_least, one_of, positive
+from training import ademamix, muon
+from training.ademamix import AdEMAMixConfig
+from training.muon import MuonConfig
+from training.parameter_groups import parameter_groups
 
 
-def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
-    """Decayed parameters (matrices, and whatever the config opts in), not decayed ones, and,
-    when the model has any, the activation scalars in a group of their own; under µP
-    (``model.parametrization=mup``) the hidden matrices in a first group of their own, at
-    ``lr`` / m with weight decay x m (m = dim / mup_base_dim).
+def build_adamw(groups: list[dict], optim: OptimConfig, device: torch.device):
+    """torch's AdamW, fused on CUDA and foreach elsewhere (``optim.fused`` decides when set)."""
+    fused = optim.fused if optim.fused is not None else device.type == "cuda"
+    return torch.optim.AdamW(
+        groups,
+        lr=optim.lr,
+        betas=tuple(optim.betas),
+        eps=optim.eps,
+        fused=fused or None,
+        foreach=None if fused else True,
+    )
 
-    Roles: activation scalars (the ones each layer's activation declares, see
-    ``Llama.activation_scalar_parameters``) decay only with ``decay_activation_scalars`` and
-    train at ``optim.scalar_lr_multiplier`` times the schedule's rate (the group's
-    ``lr_multiplier``, applied by :func:`set_learning_rate`); then by name and shape, matrices
-    (ndim >= 2) decay, 1-d norm weights and the embedding only with
-    ``decay_norms_and_embeddings``. A tied LM head is the embedding and follows it. ``model``
-    is the bare model (``TrainingModel.bare``: the same parameter objects DDP and FSDP2
-    train); parameters keep their order within each group.
 
-    Under ``optim.name=muon`` the attention and MLP matrices (every matrix but the embedding
-    and the LM head) form a first group of their own, ``muon: True``, decayed, at ``muon_lr``
-    (its ``lr_multiplier`` is ``muon_lr / lr``) and with no µP factor (``training.muon`` says
-    why); every other parameter is grouped as above, for AdamW.
+@dataclass(frozen=True)
+class Optimizer:
+    """A line of :data:`OPTIMIZERS`.
+
+    Attributes:
+        build: ``(groups, optim, device) -> torch.optim.Optimizer``.
+        summary: one line for listings and docs.
+        matrix_rate: the field of its own section that is the hidden matrices' peak rate
+            (Muon: ``lr``, so ``optim.muon.lr``), when it trains them at a rate of their own:
+            :func:`parameter_groups` puts them in a group of their own (``muon: True``), and
+            that key is the rate its sweeps tune; None: every group at ``optim.lr``.
+        fused: it has a fused kernel, so ``optim.fused=true`` is not refused.
     """
-    activation_scalars = {id(p) for p in model.activation_scalar_parameters()}
-    mup = model.config.parametrization == "mup"
-    muon = config.name == "muon"
-    decay, no_decay, scalars, hidden, matrices = [], [], [], [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        if id(param) in activation_scalars:
-            scalars.append(param)
-            continue
-        if "embed_tokens" in name or param.ndim < 2:
-            wants_decay = config.decay_norms_and_embeddings
-        elif muon and not name.startswith("lm_head"):
-            matrices.append(param)
-            continue
-        elif mup and not name.startswith("lm_head"):
-            hidden.append(param)  # a matrix whose both dimensions grow with width
-            continue
-        else:
-            wants_decay = True
-        (decay if wants_decay else no_decay).append(param)
-    groups = [
-        {"params": decay, "weight_decay": config.weight_decay, "lr_multiplier": 1.0},
-        {"params": no_decay, "weight_decay": 0.0, "lr_multiplier": 1.0},
-    ]
-    if mup:
-        # µP for Adam: a hidden matrix's update must shrink as 1/width to keep its effect on
-        # the next layer's input width-independent; decoupled weight decay multiplies by lr, so
-        # it grows by the same factor and lr x wd, the decay per step, stays what it was tuned
-        m = model.config.width_multiplier
-        hidden_group = {
-            "params": hidden,
-            "weight_decay": config.weight_decay * m,
-            "lr_multiplier": 1 / m,
-        }
-        groups = [hidden_group, *groups]
-        groups = [group for group in groups if group["params"]]  # a tied head: no decay group
-    if matrices:
-        muon_group = {
-            "params": matrices,
-            "muon": True,
-            "weight_decay": config.weight_decay,
-            "lr_multiplier": config.muon_lr / config.lr,
-        }
-        groups = [group for group in (muon_group, *groups) if group["params"]]
-    if scalars:
-        groups.append(
-            {
-                "params": scalars,
-                "weight_decay": config.weight_decay if config.decay_activation_scalars else 0.0,
-                "lr_multiplier": config.scalar_lr_multiplier,
-            }
+
+    build: Callable[[list[dict], Any, torch.device], torch.optim.Optimizer]
+    summary: str
+    matrix_rate: str | None = None
+    fused: bool = False
+
+
+OPTIMIZERS: dict[str, Optimizer] = {
+    "adamw": Optimizer(build_adamw, "AdamW (the paper)", fused=True),
+    "ademamix": Optimizer(ademamix.build, "AdEMAMix: Adam plus a slow average (Apertus)"),
+    "muon": Optimizer(muon.build, "Muon for the hidden matrices, AdamW for the rest", "lr"),
+}
+
+
+def register_optimizer(name: str, optimizer: Optimizer) -> None:
+    """Add an optimizer outside the table (an experiment's own, registered before the config
+    is composed); the table is the place for a shipped one."""
+    if name in OPTIMIZERS:
+        raise ValueError(f"optimizer {name!r} is registered twice")
+    OPTIMIZERS[name] = optimizer
+
+
+@dataclass
+class OptimConfig(Section):
+    """``optim``: the optimizer and the settings every optimizer shares; each optimizer's own
+    knobs in its subsection (``optim.ademamix``, ``optim.muon``), read only under its name.
+
+    AdamW (paper: betas 0.9/0.95, eps 1e-8, weight decay 0.1 main / 0.01 ablations), AdEMAMix
+    (``training/ademamix.py``) or Muon with AdamW (``training/muon.py``).
+
+    Attributes:
+        name: a line of :data:`OPTIMIZERS`: ``adamw`` (the paper), ``ademamix`` or ``muon``
+            (Muon for the attention and MLP matrices at ``optim.muon.lr``, AdamW for every
+            other parameter at ``lr``, both on the schedule's shape). ``lr``, ``betas`` (beta1,
+            beta2), ``eps``, the weight decay and its roles, the scalar multiplier and µP's
+            per-group rates mean the same under each. A resume may not change it.
+        lr: peak learning rate.
+        min_lr: the learning rate the schedule decays to.
+        weight_decay: decoupled weight decay of the decayed groups.
+        decay_norms_and_embeddings: apply weight decay to norm weights and the embedding too
+            (default off: decay on scale parameters pulls them to zero for no benefit).
+        decay_activation_scalars: apply weight decay to alpha_p / alpha_n / trainable beta
+            (default off, as in the Megatron xIELU runs: decay would pull the softplus-raw
+            alphas towards softplus(0) = 0.69 rather than towards "no activation").
+        scalar_lr_multiplier: the activation scalars' learning rate over the schedule's (1: the
+            paper). Adam moves a scalar by about lr per step, so a short run (the CPU study
+            sums ~1 of lr over its steps, the paper's 1.1B ~47) leaves the alphas near their
+            initialisation; a multiplier lets them reach their regime in fewer steps.
+        grad_clip: global gradient-norm clip; 0 disables; negative values are refused.
+        fused: torch's fused AdamW kernel (CUDA and CPU); ``None`` picks it on CUDA.
+    """
+
+    name: str = "adamw"
+    lr: float = 3e-3
+    min_lr: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    decay_norms_and_embeddings: bool = False
+    decay_activation_scalars: bool = False
+    scalar_lr_multiplier: float = 1.0
+    grad_clip: float = 1.0
+    fused: bool | None = None
+    ademamix: AdEMAMixConfig = field(default_factory=AdEMAMixConfig)
+    muon: MuonConfig = field(default_factory=MuonConfig)
+
+    def check(self, run: Run | None = None) -> None:
+        one_of("optim.name", self.name, OPTIMIZERS)
+        positive("optim.lr", self.lr, "0 trains nothing")
+        positive("optim.eps", self.eps, "Adam divides by sqrt(v) + eps")
+        positive("optim.scalar_lr_multiplier", self.scalar_lr_multiplier)
+        at_least("optim.weight_decay", self.weight_decay, 0)
+        at_least(
+            "optim.grad_clip",
+            self.grad_clip,
+            0,
+            "0: no clipping; a negative clip climbs the gradient",
         )
-    return [part for group in groups for part in _by_layout(group)]
+        if not 0 <= self.min_lr <= self.lr:
+            raise ConfigError(f"optim.min_lr={self.min_lr} must lie in [0, optim.lr={self.lr}]")
+        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
+            raise ConfigError(f"optim.betas={list(self.betas)} must be two values in [0, 1)")
+        if self.fused and not OPTIMIZERS[self.name].fused:
+            raise ConfigError(f"optim.fused=true: optim.name={self.name} has no fused kernel")
+        for key, rate in self.decayed_rates():
+            if rate * self.weight_decay >= 1:
+                raise ConfigError(
+                    f"optim.weight_decay={self.weight_decay:g} x {key}={rate:g} = "
+                    f"{rate * self.weight_decay:g}: each step would multiply those weights by "
+                    f"{1 - rate * self.weight_decay:g}, zeroing or flipping them; the product "
+                    "must stay below 1 (0.1 x 1e-3 is usual)"
+                )
 
+    @property
+    def matrix_rate(self) -> tuple[str, float] | None:
+        """(key, peak rate) of the hidden matrices under an optimizer that trains them at a
+        rate of their own (``optim.muon.lr``), else None."""
+        name = OPTIMIZERS[self.name].matrix_rate
+        if name is None:
+            return None
+        return f"optim.{self.name}.{name}", getattr(getattr(self, self.name), name)
 
-def _by_layout(group: dict) -> list[dict]:
-    """``group`` split into its whole parameters and its DTensor shards: under bf16 FSDP2 a role
-    holds both (``training.runtime.parallelize.apply_fsdp`` keeps the norms whole on every rank, the
-    embedding is sharded), and the foreach and fused AdamW kernels refuse a list that mixes
-    them. One group when the layouts agree (DDP, one process, fp32 FSDP2)."""
-    whole = [p for p in group["params"] if not hasattr(p, "to_local")]
-    sharded = [p for p in group["params"] if hasattr(p, "to_local")]
-    if not whole or not sharded:
-        return [group]
-    return [{**group, "params": whole}, {**group, "params": sharded}]
+    @property
+    def tuned_rate(self) -> str:
+        """The setting a rate sweep of this optimizer varies and a µP ladder carries from its
+        tuning sweep (``eval/tuning.py``): the matrices' own rate where the optimizer has one
+        (``optim.muon.lr``: nearly every parameter), ``optim.lr`` otherwise."""
+        return self.matrix_rate[0] if self.matrix_rate else "optim.lr"
 
+    @property
+    def rate_keys(self) -> list[str]:
+        """The settings a run that diverges should lower, for its stop message."""
+        if self.matrix_rate is None:
+            return ["optim.lr"]
+        return [f"{self.matrix_rate[0]} ({self.name.capitalize()}'s matrices)", "optim.lr"]
 
-def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """The schedule's rate for this step, times each group's ``lr_multiplier``."""
-    for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_multiplier", 1.0)
+    def decayed_rates(self) -> list[tuple[str, float]]:
+        """(what names it, peak rate) of each parameter group weight decay applies to:
+        decoupled decay multiplies those weights by 1 - rate x weight_decay every step
+        (:func:`parameter_groups`; µP's hidden group divides the rate and multiplies the decay
+        by the same factor)."""
+        rates = [("optim.lr", self.lr)]
+        if self.matrix_rate is not None:
+            rates.append(self.matrix_rate)
+        if self.decay_activation_scalars:
+            rates.append(
+                ("optim.lr x optim.scalar_lr_multiplier", self.lr * self.scalar_lr_multiplier)
+            )
+        return rates
 
 
 def build_optimizer(
     model: nn.Module, config: OptimConfig, device: torch.device
 ) -> torch.optim.Optimizer:
-    """``optim.name``'s optimizer over :func:`parameter_groups`: AdamW fused on CUDA and foreach
-    elsewhere (``optim.fused`` decides when set), AdEMAMix through its foreach path, Muon's
-    matrices and the AdamW rest as one optimizer (``training.muon``)."""
-    if config.name == "muon":
-        return MuonAdamW(
-            parameter_groups(model, config),
-            lr=config.lr,
-            betas=tuple(config.betas),
-            eps=config.eps,
-            momentum=config.muon_momentum,
-        )
-    if config.name == "ademamix":
-        return AdEMAMix(
-            parameter_groups(model, config),
-            lr=config.lr,
-            betas=(*config.betas, config.ademamix_beta3),
-            alpha=config.ademamix_alpha,
-            alpha_warmup=config.ademamix_alpha_warmup,
-            beta3_warmup=config.ademamix_beta3_warmup,
-            eps=config.eps,
-        )
-    fused = config.fused if config.fused is not None else device.type == "cuda"
-    return torch.optim.AdamW(
-        parameter_groups(model, config),
-        lr=config.lr,
-        betas=tuple(config.betas),
-        eps=config.eps,
-        fused=fused or None,
-        foreach=None if fused else True,
-    )
+    """``optim.name``'s optimizer (:data:`OPTIMIZERS`) over :func:`parameter_groups`."""
+    return OPTIMIZERS[config.name].build(parameter_groups(model, config), config, device)

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from training.config import ExperimentConfig
 from training.errors import ConfigError
+
+if TYPE_CHECKING:  # the package is imported while training.config is (its sections)
+    from training.config import ExperimentConfig
 
 # sections whose every key is fixed for the life of a run, and why
 FIXED_SECTIONS = {

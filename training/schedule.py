@@ -9,12 +9,9 @@ whole steps too, and the warmup is capped at the peak (between steps ``warmup - 
 
 Adding a schedule is one function of the step and one ``register_schedule(...)`` call: the
 config check (``training.checks.check_config``), the trainer and the report scripts all ask
-this registry, so there is no second list of names to keep in step. The schedule's keys are
-checked here (:func:`check_schedule`).
-
-Import direction: this module imports ``training.config`` (the schedules read its dataclasses
-and raise its ``ConfigError``), never the other way: the config module stays the schema Hydra
-loads, with no learning-rate math in it.
+this registry, so there is no second list of names to keep in step. The ``schedule`` section
+is defined and checked here (:class:`ScheduleConfig`); a schedule reads ``optim.lr`` and
+``optim.min_lr`` from the optimizer's section, which it is handed.
 """
 
 from __future__ import annotations
@@ -22,11 +19,51 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from training.config import OptimConfig, ScheduleConfig
-from training.errors import ConfigError
+from settings import ConfigError, Run, Section, at_least
 
 WSD_DECAY_SHAPES = ("1-sqrt", "linear", "cosine")
+
+
+@dataclass
+class ScheduleConfig(Section):
+    """``schedule``: the learning rate's shape over the run (its peak and floor are
+    ``optim.lr`` and ``optim.min_lr``).
+
+    Attributes:
+        name: a schedule registered here (:func:`register_schedule`): ``wsd``
+            (warmup-stable-decay, the paper's main runs) or ``cosine`` (its ablations).
+        warmup_steps: linear warmup: step k (0-based) runs at ``lr * (k + 1) / warmup_steps``,
+            so the first step takes ``lr / warmup_steps`` (none at 0) and step
+            ``warmup_steps - 1`` the peak.
+        decay_steps: ``wsd``: length of the cooldown at the end of the run (paper: 14500 of
+            70000); ``cosine``: ignored (it decays over all steps after warmup).
+        decay_shape: ``wsd`` cooldown: ``1-sqrt`` (paper), ``linear`` or ``cosine`` (checked
+            by the wsd schedule itself; other schedules ignore it).
+    """
+
+    name: str = "wsd"
+    warmup_steps: int = 10
+    decay_steps: int = 20
+    decay_shape: str = "1-sqrt"
+
+    def check(self, run: Run | None = None) -> None:
+        """The schedule's own check runs before the warmup rule every schedule shares, so that
+        WSD's ``warmup + decay`` message names both lengths even when the warmup alone is too
+        long."""
+        at_least("schedule.warmup_steps", self.warmup_steps, 0)
+        at_least("schedule.decay_steps", self.decay_steps, 0)
+        spec = schedule_spec(self.name)
+        if run is None:
+            return
+        steps = run.config.trainer.steps
+        if spec.check is not None:
+            spec.check(self, steps)
+        if self.warmup_steps > steps:
+            raise ConfigError(
+                f"schedule.warmup_steps={self.warmup_steps} is longer than trainer.steps={steps}"
+            )
 
 
 def _warmup(step: float, lr: float, warmup: int) -> float:
@@ -70,7 +107,7 @@ def cosine(step: float, total: int, lr: float, min_lr: float, warmup: int) -> fl
     return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * p))
 
 
-Rate = Callable[[float, int, OptimConfig, ScheduleConfig], float]
+Rate = Callable[[float, int, Any, ScheduleConfig], float]
 
 
 @dataclass(frozen=True)
@@ -115,25 +152,6 @@ def schedule_spec(name: str) -> Schedule:
         raise ConfigError(f"schedule.name={name!r} is not one of {', '.join(_SCHEDULES)}") from None
 
 
-def check_schedule(schedule: ScheduleConfig, steps: int) -> None:
-    """The schedule settings that cannot work for a run of ``steps`` steps; raises ConfigError
-    naming the key. Called by ``training.checks.check_config``.
-
-    The schedule's own check runs before the warmup rule every schedule shares, so that WSD's
-    ``warmup + decay`` message names both lengths even when the warmup alone is too long.
-    """
-    for key in ("warmup_steps", "decay_steps"):
-        if getattr(schedule, key) < 0:
-            raise ConfigError(f"schedule.{key} must be >= 0, got {getattr(schedule, key)}")
-    spec = schedule_spec(schedule.name)
-    if spec.check is not None:
-        spec.check(schedule, steps)
-    if schedule.warmup_steps > steps:
-        raise ConfigError(
-            f"schedule.warmup_steps={schedule.warmup_steps} is longer than trainer.steps={steps}"
-        )
-
-
 def stable_phase_end(schedule: ScheduleConfig, steps: int) -> int | None:
     """The step at which the stable phase of a ``steps``-step run ends (WSD: where its cooldown
     starts), or None when it has none (cosine, or WSD without a cooldown). The one definition
@@ -142,12 +160,12 @@ def stable_phase_end(schedule: ScheduleConfig, steps: int) -> int | None:
     return spec.stable_end(schedule, steps) if spec.stable_end is not None else None
 
 
-def learning_rate(step: float, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
+def learning_rate(step: float, total: int, optim: Any, schedule: ScheduleConfig) -> float:
     """The rate of the registered schedule ``schedule.name`` at ``step`` of ``total``."""
     return schedule_spec(schedule.name).rate(step, total, optim, schedule)
 
 
-def _wsd_rate(step: float, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
+def _wsd_rate(step: float, total: int, optim: Any, schedule: ScheduleConfig) -> float:
     return wsd(
         step,
         total,
@@ -177,7 +195,7 @@ def _wsd_check(schedule: ScheduleConfig, steps: int) -> None:
         )
 
 
-def _cosine_rate(step: float, total: int, optim: OptimConfig, schedule: ScheduleConfig) -> float:
+def _cosine_rate(step: float, total: int, optim: Any, schedule: ScheduleConfig) -> float:
     return cosine(step, total, optim.lr, optim.min_lr, schedule.warmup_steps)
 
 

@@ -48,6 +48,7 @@ def train_step(
     on_phase: Callable[[str], None] = _nothing,
     before_clip: Callable[[], None] | None = None,
     loss_mask: LossMask | None = None,
+    z_loss: float = 0.0,
 ) -> StepResult:
     """Take ``accumulation`` micro-batches from ``batches``; gradients of their mean loss.
 
@@ -55,7 +56,8 @@ def train_step(
     different numbers of counted targets, and the mean is over the counted targets of the whole
     global batch (:func:`token_weights`): it does not change with the micro-batch size or the
     world size. Without one every micro-batch counts the same, and the mean of their means is
-    that mean.
+    that mean. ``z_loss``: the z-loss coefficient (``loss.z_loss``) the model adds to each
+    micro-batch's loss.
 
     Gradients are synchronised over ranks on the last micro-batch only (or as
     ``TrainingModel.gradient_sync`` says), clipped to ``grad_clip`` (0: measured, not clipped),
@@ -87,7 +89,9 @@ def train_step(
         batch = to_device(next(batches))
         last = micro == accumulation - 1
         with model.gradient_sync(last), model.autocast():
-            loss = model(batch["inputs"], batch["targets"], batch.get("document_ids"))
+            loss = model(
+                batch["inputs"], batch["targets"], batch.get("document_ids"), z_loss=z_loss
+            )
         on_phase(f"forward {micro + 1}")
         if weights[micro] != 1.0:
             loss = loss * weights[micro]

@@ -1,15 +1,15 @@
 """Which steps update, and when a run gives up: non-finite steps and loss spikes.
 
-A step whose loss or gradient norm is not finite is skipped and counted; ``max_bad_steps`` of
+A step whose loss or gradient norm is not finite is skipped and counted; ``spikes.max_bad_steps`` of
 them in a row stop the run without checkpointing, since the weights may be damaged and the
 last checkpoint is good. A spike (``training.instruments.spikes``) is counted and reported, and its
-update skipped only with ``trainer.spike_skip``. Every rank reaches the same verdict: the trainer
+update skipped only with ``spikes.skip``. Every rank reaches the same verdict: the trainer
 sums the loss over ranks before asking, and the gradient norm is already global.
 
 Skipping spikes must never stop learning for good: a skipped step's values stay out of the
 window, so after a lasting shift of the level (a gradient norm moving from 1.0 to 1.2 after a
 learning-rate change) every later step would be a "spike" and skipped, and the run would end
-with exit 0 having learned nothing. So ``trainer.spike_skip_limit`` spikes in a row are taken
+with exit 0 having learned nothing. So ``spikes.skip_limit`` spikes in a row are taken
 as a new level, not a burst: their values join the window, the step is applied, and a warning
 says so. Adapting, rather than stopping the run, keeps a healthy run going through a change of
 regime; a run that really diverges still ends through the non-finite rule.
@@ -19,13 +19,47 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from training.components import Component
+from settings import ConfigError, Run, Section, at_least, positive
+from training.components import Component, Context
 from training.errors import NonFiniteTrainingError
 from training.instruments.spikes import Spike, SpikeMonitor
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class SpikesConfig(Section):
+    """``spikes``: which steps update, and when a run gives up.
+
+    Attributes:
+        window: steps of the rolling window a step's loss and gradient norm are compared with
+            (``training/instruments/spikes.py``); 0 disables the monitor. Spikes are counted
+            (``spikes``) and reported with their step and value.
+        threshold: how many standard deviations above the window's mean make a spike.
+        skip: skip the update of a spike step (counted in ``skipped_steps``); off by default.
+        skip_limit: with ``skip``, this many spikes in a row are a new level, not a burst: the
+            step is applied and their values join the window, so a lasting shift (a
+            learning-rate change) never freezes the run.
+        max_bad_steps: stop after this many consecutive steps with a non-finite loss or
+            gradient (with or without the monitor).
+    """
+
+    window: int = 100
+    threshold: float = 6.0
+    skip: bool = False
+    skip_limit: int = 5
+    max_bad_steps: int = 5
+
+    def check(self, run: Run | None = None) -> None:
+        at_least("spikes.window", self.window, 0)
+        if self.window == 1:
+            raise ConfigError(f"spikes.window={self.window} must be 0 (off) or >= 2")
+        positive("spikes.threshold", self.threshold)
+        at_least("spikes.skip_limit", self.skip_limit, 1)
+        at_least("spikes.max_bad_steps", self.max_bad_steps, 1)
 
 
 class StepHealth(Component):
@@ -34,13 +68,11 @@ class StepHealth(Component):
     name = "health"
 
     @classmethod
-    def from_trainer(cls, trainer: Any) -> StepHealth:
-        t = trainer.config.trainer
-        spikes = SpikeMonitor(t.spike_window, t.spike_threshold) if t.spike_window else None
-        rates = "optim.lr"
-        if trainer.config.optim.name == "muon":
-            rates = "optim.muon_lr (Muon's matrices) or optim.lr"
-        return cls(t.max_bad_steps, spikes, t.spike_skip, t.spike_skip_limit, rates)
+    def from_context(cls, context: Context) -> StepHealth:
+        s = context.config.spikes
+        spikes = SpikeMonitor(s.window, s.threshold) if s.window else None
+        rates = " or ".join(context.config.optim.rate_keys)
+        return cls(s.max_bad_steps, spikes, s.skip, s.skip_limit, rates)
 
     def __init__(
         self,
@@ -100,10 +132,10 @@ class StepHealth(Component):
             if self.new_level:
                 action = (
                     f"; update applied: {self.skip_limit} spikes in a row "
-                    "(trainer.spike_skip_limit) are taken as a new level, which joins the window"
+                    "(spikes.skip_limit) are taken as a new level, which joins the window"
                 )
             elif self.skip_spikes:
-                action = "; update skipped (trainer.spike_skip)"
+                action = "; update skipped (spikes.skip)"
             log.warning(
                 "step %d: %s spike %.4g, %.1f standard deviations above the mean %.4g of the "
                 "last %d steps%s",
@@ -132,7 +164,7 @@ class StepHealth(Component):
         if self.bad_in_a_row >= self.max_bad_steps:
             raise NonFiniteTrainingError(
                 f"{self.bad_in_a_row} consecutive steps had a non-finite loss or gradient "
-                f"(trainer.max_bad_steps={self.max_bad_steps}); stopping without checkpointing. "
+                f"(spikes.max_bad_steps={self.max_bad_steps}); stopping without checkpointing. "
                 f"Lower {self.rates}, check the data, or resume from the last checkpoint."
             )
 

@@ -85,7 +85,7 @@ def coverage(
         return f". Over the whole held-out slice ({tokens:,} tokens)."
     unit = "source and rank" if per_source else "rank"
     return (
-        f". Over {tokens:,} held-out tokens, the first trainer.eval_batches={eval_batches} "
+        f". Over {tokens:,} held-out tokens, the first validation.batches={eval_batches} "
         f"batches per {unit}; python -m eval.perplexity {run_dir} scores the whole slice."
     )
 
@@ -93,7 +93,7 @@ def coverage(
 def validation_lines(record: dict, config: ExperimentConfig, run_dir: str | Path) -> list[str]:
     """What the validation ``record`` covers and, for a mixture, each source's loss in it."""
     names = [entry.name for entry in config.data.sources]
-    lines = [coverage(record.get("val/tokens"), config.trainer.eval_batches, run_dir, bool(names))]
+    lines = [coverage(record.get("val/tokens"), config.validation.batches, run_dir, bool(names))]
     parts = [
         f"{name} {record[f'val/loss/{name}']:.3f} ({record[f'val/tokens/{name}']:,} tokens)"
         for name in names
@@ -108,8 +108,8 @@ def why_no_validation(config: ExperimentConfig) -> str:
     """Why a finished run logged no validation loss, from its settings."""
     if not config.data.validation_documents:
         return "data.validation_documents=0 holds no text out"
-    if not config.trainer.eval_every:
-        return "trainer.eval_every=0"
+    if not config.validation.every:
+        return "validation.every=0"
     return "no validation step was reached"
 
 
@@ -250,7 +250,7 @@ def opening_line(trainer) -> str:
     return (
         f"{c.name}: {c.model.activation}, {params.total / 1e6:.1f}M parameters "
         f"(vocab {model_config.vocab_size}), {env.world_size} x {env.device.type}, "
-        f"{c.trainer.parallelism if env.distributed else 'single process'}, "
+        f"{c.parallel.strategy if env.distributed else 'single process'}, "
         f"global batch {batch} x {c.data.seq_len} tokens (accumulation {accumulation})"
         f"{' (trainer.batch_ramp)' if c.trainer.batch_ramp else ''}, {c.trainer.steps} steps "
         f"-> {trainer.run_dir}"

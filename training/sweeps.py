@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from training.config import DEFAULT_AXES
+from training.renamed_keys import refuse_renamed
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "configs" / "sweep"
@@ -126,6 +127,7 @@ def _resolved(job: tuple[str, ...]):
     from training.config import register_configs, to_experiment
 
     register_configs()
+    refuse_renamed(list(job))
     with initialize_config_dir(str(SWEEPS.parent), version_base=None):
         return to_experiment(compose("train", list(job)))
 
@@ -143,11 +145,13 @@ def with_unread_paths(overrides: list[str]) -> list[str]:
 
 
 def expand(sweep: dict, extra: list[str] = ()) -> list[list[str]]:
-    """Every job of the sweep as its list of overrides, in file order."""
+    """Every job of the sweep as its list of overrides, in file order; a key that moved
+    (``training.renamed_keys``) is refused, naming its new place."""
     jobs = []
     for grid in sweep["grids"]:
         for job in _grid_jobs(grid):
             jobs.append([*job, *point_overrides(sweep, grid), *extra])
+            refuse_renamed(jobs[-1])
     return jobs
 
 

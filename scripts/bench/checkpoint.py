@@ -32,8 +32,7 @@ def measure(args: argparse.Namespace, asynchronous: bool) -> dict:
     from model import Llama
     from model.presets import load_preset
     from training.checkpoint import CheckpointWriter
-    from training.config import OptimConfig
-    from training.optim import build_optimizer
+    from training.optim import OptimConfig, build_optimizer
     from training.runtime.distributed import Env
 
     device = torch.device(args.device)

@@ -37,13 +37,13 @@ SIZE = {
     "trainer.steps": 40,
     "schedule.warmup_steps": 10,
     "schedule.decay_steps": 10,
-    "trainer.compile": "none",
-    "trainer.activation_checkpointing": "none",
-    "trainer.float8_auto_filter": "false",
+    "parallel.compile": "none",
+    "parallel.activation_checkpointing": "none",
+    "parallel.float8_auto_filter": "false",
     "trainer.log_every": 1,
-    "trainer.eval_every": 40,
-    "trainer.eval_batches": 4,
-    "trainer.checkpoint_every": 0,
+    "validation.every": 40,
+    "validation.batches": 4,
+    "checkpoint.every": 0,
     "logging.wandb.mode": "disabled",
     # UTF-8 bytes: the GPU machine lacks mistral-common's dependencies, and the LM head (the
     # vocabulary's only user) stays bf16 under every recipe
@@ -57,7 +57,7 @@ def run(activation: str, recipe: str, seed: int, data: Path, out: Path) -> dict:
     overrides = {
         **SIZE,
         "activation": activation,
-        "trainer.float8": recipe,
+        "parallel.float8": recipe,
         "trainer.seed": seed,
         "data.paths": f"[{data}/*.json.gz]",
         "trainer.run_dir": str(run_dir),

@@ -38,11 +38,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from model import Llama
     from model.presets import load_preset
     from scripts.common import median_ms
-    from training.config import OptimConfig
     from training.instruments.outliers import Recorder
-    from training.optim import build_optimizer
+    from training.optim import OptimConfig, build_optimizer
     from training.runtime.distributed import Env
-    from training.runtime.parallelize import ParallelPlan, parallelize
+    from training.runtime.parallelize import ParallelConfig, parallelize
     from training.step import train_step
 
     device = torch.device(args.device)
@@ -52,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         overrides.update(dim=256, n_layers=4, vocab_size=8192)
     config = load_preset(args.preset, activation=args.activation, **overrides)
     model = Llama(config).to(device)
-    plan = ParallelPlan(
+    plan = ParallelConfig(
         precision="bf16" if args.bf16 else "fp32", compile="blocks" if args.compile else "none"
     )
     training = parallelize(model, Env(0, 1, 0, device), plan)

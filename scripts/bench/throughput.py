@@ -40,7 +40,8 @@ import torch
 from eval.paper import EFFICIENCY_TABLE
 from model.presets import available_presets
 from scripts.common import markdown, write_csv
-from training.config import CHOICES
+from training.runtime.float8 import RECIPES as FLOAT8_RECIPES
+from training.runtime.parallelize import CHECKPOINTING, COMPILE_SCOPES
 from xielu.fused.ops import BACKENDS
 
 BASELINE = "relu2"
@@ -65,11 +66,10 @@ def measure(activation: str, settings: Settings, args: argparse.Namespace) -> di
     from model import Llama, training_flops_per_token
     from model.presets import load_preset
     from scripts.common import median_ms, saved_bytes
-    from training.config import OptimConfig
     from training.instruments.metrics import device_peak_flops
-    from training.optim import build_optimizer
+    from training.optim import OptimConfig, build_optimizer
     from training.runtime.distributed import Env
-    from training.runtime.parallelize import ParallelPlan, apply_compile, parallelize
+    from training.runtime.parallelize import ParallelConfig, apply_compile, parallelize
     from training.step import train_step
 
     device = torch.device(args.device)
@@ -77,7 +77,7 @@ def measure(activation: str, settings: Settings, args: argparse.Namespace) -> di
     config = load_preset(args.preset, activation=activation, **model_overrides(args, activation))
     row = {"activation": activation, "mlp_hidden": config.hidden, **asdict(settings)}
     batch = settings.batch
-    plan = ParallelPlan(
+    plan = ParallelConfig(
         precision="bf16" if args.bf16 else "fp32",
         activation_checkpointing=settings.checkpointing,
         float8=settings.float8,
@@ -101,7 +101,7 @@ def measure(activation: str, settings: Settings, args: argparse.Namespace) -> di
             train_step(training, optimizer, repeat(micro_batch), 1, clip)
 
         saved = saved_bytes(forward)  # measured eager: compile changes what autograd sees
-        apply_compile(model, settings.compile)  # what parallelize does for trainer.compile
+        apply_compile(model, settings.compile)  # what parallelize does for parallel.compile
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         ms = median_ms(iteration, device, args.warmup, args.repeats)
@@ -235,21 +235,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--compile",
         nargs="*",
         default=["none"],
-        choices=CHOICES["trainer.compile"],
+        choices=COMPILE_SCOPES,
         help="torch.compile each block (bare flag: blocks) or the whole model (model)",
     )
     parser.add_argument(
         "--checkpointing",
         nargs="*",
         default=["none"],
-        choices=CHOICES["trainer.activation_checkpointing"],
+        choices=CHECKPOINTING,
         help="activation checkpointing: none, full (bare flag) or selective",
     )
     parser.add_argument(
         "--float8",
         nargs="+",
         default=["none"],
-        choices=CHOICES["trainer.float8"],
+        choices=("none", *FLOAT8_RECIPES),
         help="FP8 linear layers through torchao (a CUDA GPU of compute capability 8.9+); "
         "MFU stays counted against the bf16 peak",
     )
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for recipe in args.float8:
         why = refusal(recipe, "bf16" if args.bf16 else "fp32", torch.device(args.device))
         if why:
-            parser.error(why.replace("trainer.float8", "--float8").replace("trainer.", "--"))
+            parser.error(why.replace("parallel.float8", "--float8").replace("trainer.", "--"))
     if BASELINE not in args.activations:
         args.activations.append(BASELINE)
     if args.preset == "tiny" and args.vocab_size is None:

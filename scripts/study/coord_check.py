@@ -43,8 +43,8 @@ from model import Llama
 from model.presets import load_preset
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
-from training.config import OptimConfig
-from training.optim import build_optimizer, set_learning_rate
+from training.optim import OptimConfig, build_optimizer
+from training.parameter_groups import set_learning_rate
 
 PARAMETRIZATIONS = ("standard", "mup")
 # the width study's base (configs/experiment/width.yaml): std 0.0975 = 0.78 / sqrt(64)

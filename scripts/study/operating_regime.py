@@ -22,7 +22,7 @@ from model.presets import load_preset
 from scripts.common import markdown
 from training.instruments.diagnostics import mlp_diagnostics
 from training.runtime.distributed import Env
-from training.runtime.parallelize import ParallelPlan, parallelize
+from training.runtime.parallelize import ParallelConfig, parallelize
 
 
 def measure(
@@ -36,7 +36,7 @@ def measure(
         config = config.with_vocab_from_tokenizer(258)  # byte tokens, as the CPU experiments
     torch.manual_seed(seed)
     env = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    model = parallelize(Llama(config), env, ParallelPlan())
+    model = parallelize(Llama(config), env, ParallelConfig(precision="fp32"))
     ids = torch.randint(
         0, config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(seed)
     )

@@ -4,7 +4,7 @@
 
 The runs of each optimizer (``optim.name``) are read as ``scripts.study.width_report`` reads a
 µP ladder: each activation at the rate it did best with on the selection seed at the base width
-(``optim.lr``, or ``optim.muon_lr`` under Muon: ``OptimConfig.tuned_rate``), the other seeds at
+(``optim.lr``, or ``optim.muon.lr`` under Muon: ``OptimConfig.tuned_rate``), the other seeds at
 that rate, the gap to the baseline paired by seed with Student's 95% interval. The tables put the
 optimizers side by side (the rates, the gap at each width, its trend with width), and the last
 says for each activation whether the sign of its mean gap is the same under every optimizer at

@@ -14,12 +14,37 @@ from __future__ import annotations
 import contextlib
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+
+from settings import Run, Section, at_least
 
 STEP_DIR = re.compile(r"^step_(\d{6,})$")
 TRAINER_FILE = "trainer.json"
 CONFIG_FILE = "config.yaml"
 RANK_FILES = "rank_*.pt"
+
+
+@dataclass
+class CheckpointConfig(Section):
+    """``checkpoint``: when the run saves and how many saves it keeps
+    (``training.checkpoint.saving.Checkpointing``, ``training.checkpoint.writer``).
+
+    Attributes:
+        every: steps between checkpoints (and one at the end, and at every stop); 0: only at
+            the end.
+        async_write: write checkpoints in the background while training goes on (the weights
+            are first copied to CPU memory); published, as synchronous ones, only once complete.
+        keep: how many recent checkpoints to keep.
+    """
+
+    every: int = 50
+    async_write: bool = False
+    keep: int = 2
+
+    def check(self, run: Run | None = None) -> None:
+        at_least("checkpoint.every", self.every, 0)
+        at_least("checkpoint.keep", self.keep, 1)
 
 
 def step_dir_name(step: int) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from omegaconf import OmegaConf
@@ -24,28 +25,15 @@ from training.checkpoint.layout import (
 )
 from training.checkpoint.load import is_damage
 from training.checkpoint.unpickling import dcp_load
-from training.config import ExperimentConfig, to_experiment
 from training.errors import NoLoadableCheckpointError
+from training.renamed_keys import upgrade
 from training.runtime.distributed import Env
+
+if TYPE_CHECKING:  # the package is imported while training.config is (its sections)
+    from training.config import ExperimentConfig
 
 log = logging.getLogger(__name__)
 _ONE_PROCESS = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-
-
-# keys renamed since runs were written: (section, old name, new name)
-RENAMED_KEYS = [("data", "document_ids", "document_mask")]
-# keys removed since runs were written: (section, key); their values changed nothing a run
-# produced (the fault injection now in tests/faults.py)
-DROPPED_KEYS = [
-    ("trainer", "debug_nan_steps"),
-    ("trainer", "debug_crash_in_checkpoint_at"),
-    ("trainer", "debug_signal"),
-]
-# values of switches that became choices: (section, key, {old value: new value})
-RENAMED_VALUES = [
-    ("trainer", "compile", {True: "blocks", False: "none"}),
-    ("trainer", "activation_checkpointing", {True: "full", False: "none"}),
-]
 
 
 def run_config(run_dir: str | Path) -> ExperimentConfig:
@@ -74,23 +62,13 @@ def checkpoint_config(checkpoint: Path) -> ExperimentConfig:
 
 
 def config_from_file(path: Path) -> ExperimentConfig:
-    """A saved ``config.yaml``, its renamed keys and values brought up to date, its dropped
-    keys left out."""
-    saved = OmegaConf.load(path)
-    for section, old, new in RENAMED_KEYS:
-        node = saved.get(section)
-        if node is not None and old in node:
-            node[new] = node.pop(old)
-    for section, key in DROPPED_KEYS:
-        node = saved.get(section)
-        if node is not None and key in node:
-            node.pop(key)
-    for section, key, values in RENAMED_VALUES:
-        node = saved.get(section)
-        if node is not None and isinstance(node.get(key), bool):
-            node[key] = values[node[key]]
+    """A saved ``config.yaml`` in today's layout: its moved keys in their new places, its
+    renamed values and dropped keys brought up to date (``training.renamed_keys.upgrade``)."""
+    from training.config import ExperimentConfig, to_experiment  # see TYPE_CHECKING above
+
+    saved = OmegaConf.to_container(OmegaConf.load(path))
     schema = OmegaConf.structured(ExperimentConfig)
-    return to_experiment(OmegaConf.merge(schema, saved))
+    return to_experiment(OmegaConf.merge(schema, upgrade(saved)))
 
 
 def checkpoint_path(run_dir: str | Path, step: int | None = None) -> Path:

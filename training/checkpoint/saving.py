@@ -2,7 +2,7 @@
 and the resume at the start; ``CheckpointWriter`` does the writing, ``load`` the reading.
 
 Owning the cadence here, beside how many to keep and whether to write asynchronously, keeps
-every decision about checkpoints in one place: ``trainer.checkpoint_every`` is read here and
+every decision about checkpoints in one place: ``checkpoint.every`` is read here and
 nowhere else.
 """
 
@@ -12,42 +12,42 @@ import functools
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from data import needs_every_rank, restore_loader
-from training.checkpoint.layout import CONFIG_FILE
+from training.checkpoint.layout import CONFIG_FILE, CheckpointConfig
 from training.checkpoint.load import load_latest, set_aside
 from training.checkpoint.runs import checkpoint_config
 from training.checkpoint.writer import CheckpointWriter
-from training.components import AtStop, Component
-from training.config import ExperimentConfig
+from training.components import AtStop, Component, Context
 from training.errors import ConfigError, NonFiniteTrainingError
 from training.resume_rules import refuse_fixed_changes
 from training.runtime import distributed
 from training.runtime.distributed import Env
 
+if TYPE_CHECKING:  # the package is imported while training.config is (its sections)
+    from training.config import ExperimentConfig
+
 log = logging.getLogger(__name__)
 
 
 class Checkpointing(Component):
-    """Every ``trainer.checkpoint_every`` steps, at the last step, and at every stop, where it
+    """Every ``checkpoint.every`` steps, at the last step, and at every stop, where it
     is on disk and published before the job goes away."""
 
     name = "checkpoint"
     at_stop = AtStop.ALWAYS
-    at_last_even_when_off = True  # checkpoint_every=0: the finished run's checkpoint only
+    at_last_even_when_off = True  # checkpoint.every=0: the finished run's checkpoint only
 
-    def __init__(self, config: ExperimentConfig, env: Env) -> None:
-        t = config.trainer
-        self.every, self.env = t.checkpoint_every, env
-        self.run_dir = Path(t.run_dir)
+    def __init__(self, settings: CheckpointConfig, run_dir: Path, env: Env) -> None:
+        self.every, self.env, self.run_dir = settings.every, env, Path(run_dir)
         self.writer = CheckpointWriter(
-            self.run_dir, env, t.keep_checkpoints, asynchronous=t.async_checkpoint
+            self.run_dir, env, settings.keep, asynchronous=settings.async_write
         )
 
     @classmethod
-    def from_trainer(cls, trainer: Any) -> Checkpointing:
-        return cls(trainer.config, trainer.env)
+    def from_context(cls, context: Context) -> Checkpointing:
+        return cls(context.config.checkpoint, context.run_dir, context.env)
 
     def restore(self, trainer: Any) -> None:
         """The newest checkpoint whose bytes are intact, if this run may resume it; damaged

@@ -5,7 +5,7 @@ every rank's files are on disk, so a crash at any moment (in a synchronous write
 asynchronous one, or between the two) leaves the previous published checkpoint as the newest
 (layout: ``training.checkpoint.layout``; loading: ``training.checkpoint.load``).
 
-Asynchronous saves (``trainer.async_checkpoint``): the small per-rank files are written at
+Asynchronous saves (``checkpoint.async_write``): the small per-rank files are written at
 once; the model and optimizer state is copied to CPU memory (DCP's staging: training may then
 change the weights) and written by a background thread through a gloo process group of its
 own, so its collectives never interleave with training's. The trainer calls :meth:`poll` every

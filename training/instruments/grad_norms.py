@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from training.components import Component
+from training.components import Component, Context
 from training.runtime import distributed
 
 GROUPS = ("attn", "mlp", "act")
@@ -83,8 +83,8 @@ class GradNorms(Component):
         self.every = every
 
     @classmethod
-    def from_trainer(cls, trainer: Any) -> GradNorms:
-        return cls(trainer.config.logging.grad_norms_every)
+    def from_context(cls, context: Context) -> GradNorms:
+        return cls(context.config.logging.grad_norms_every)
 
     def before_clip(self, trainer: Any, step: int) -> None:
         norms = per_layer_grad_norms(trainer.model, trainer.env.device)  # a collective

@@ -18,15 +18,16 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from data import build_validation_loaders
+from settings import Run, Section, at_least
 from training.checkpoint.rng import preserved_rng
-from training.components import Component
-from training.config import ExperimentConfig
+from training.components import Component, Context
 from training.instruments.diagnostics import diagnostic_scalars, mlp_diagnostics
 from training.instruments.validation import validation_loss
 from training.runtime.distributed import Env
@@ -39,10 +40,56 @@ log = logging.getLogger(__name__)
 DownstreamEvaluator = Callable[..., "dict[str, float] | None"]
 
 
+@dataclass
+class ValidationConfig(Section):
+    """``validation``: the held-out loss (``val/loss``, per source of a mixture too).
+
+    Attributes:
+        every: steps between validation passes (and one at the end); 0 disables.
+        batches: validation batches per pass and rank (of ``trainer.micro_batch`` sequences);
+            0: the whole slice, the only setting whose numbers compare across world sizes.
+    """
+
+    every: int = 50
+    batches: int = 4
+
+    def check(self, run: Run | None = None) -> None:
+        at_least("validation.every", self.every, 0)
+        at_least("validation.batches", self.batches, 0)
+
+
+@dataclass
+class DownstreamConfig(Section):
+    """``downstream``: lm-eval on the model being trained (``eval.downstream.InTraining``: every
+    rank scores its share of the documents), logged as ``downstream/<task>/<metric>`` beside
+    ``val/loss``, with the call's cost in ``downstream/seconds``.
+
+    Attributes:
+        every: steps between downstream evaluations, and at the end; 0 disables.
+        tasks: lm-eval task names (the paper's multiple-choice tasks by default; with ``data``
+            the local copies of the same names are used).
+        limit: documents per task and evaluation (None: all).
+        data: a directory of the benchmarks' published files, as ``python -m
+            eval.fetch_benchmarks DIR`` writes them, to build lm-eval tasks from offline
+            (``eval.local_tasks``); empty: lm-eval's own tasks, which download their data from
+            the Hugging Face Hub. Checked at start-up by the evaluator itself.
+    """
+
+    every: int = 0
+    tasks: list[str] = field(
+        default_factory=lambda: ["piqa", "arc_easy", "arc_challenge", "hellaswag", "winogrande"]
+    )
+    limit: int | None = 200
+    data: str = ""
+
+    def check(self, run: Run | None = None) -> None:
+        at_least("downstream.every", self.every, 0)
+
+
 class Measurements:
     def __init__(
         self,
-        config: ExperimentConfig,
+        config: Any,
         env: Env,
         model,
         tokenizer,
@@ -62,8 +109,9 @@ class Measurements:
             t, env, data = self.config.trainer, self.env, self.config.data
             self.parts = {}
             loaders = build_validation_loaders(data, t.micro_batch, env.rank, env.world_size)
+            batches = self.config.validation.batches or None
             for name, loader in loaders.items():
-                self.parts[name] = list(itertools.islice(loader, t.eval_batches or None))
+                self.parts[name] = list(itertools.islice(loader, batches))
         return self.parts
 
     def held_out(self) -> list[dict]:
@@ -72,7 +120,7 @@ class Measurements:
 
     def validation(self) -> dict:
         """``val/loss``, ``val/perplexity`` and ``val/tokens`` (what the number covers:
-        ``trainer.eval_batches`` > 0 is a part of the slice); empty for an empty slice. A
+        ``validation.batches`` > 0 is a part of the slice); empty for an empty slice. A
         mixture adds ``val/loss/<name>`` and ``val/tokens/<name>`` for each source; its
         ``val/loss`` is over all the sources' held-out tokens together."""
         model = self.model
@@ -104,7 +152,7 @@ class Measurements:
 
     def downstream(self) -> dict:
         """``downstream/<task>/<metric>`` and ``downstream/seconds`` (rank 0; empty elsewhere)."""
-        t = self.config.trainer
+        d = self.config.downstream
         started = time.perf_counter()
         # the training precision (a bf16 FSDP2 block's weights are gathered in bf16), the
         # run's RNG untouched by lm-eval's reseeding, and compiled blocks run eagerly: the
@@ -115,13 +163,13 @@ class Measurements:
             results = self.evaluate_downstream(
                 self.model.bare,
                 self.tokenizer,
-                t.downstream_tasks,
-                t.downstream_limit,
-                t.downstream_data,
+                d.tasks,
+                d.limit,
+                d.data,
                 self.run_dir / "downstream_tasks",
                 self.env,
                 self.config.data.tokenizer.add_bos,
-                t.micro_batch,
+                self.config.trainer.micro_batch,
             )
         self.model.train()
         if results is None:
@@ -139,8 +187,8 @@ class Diagnostics(Component):
         self.at = (0,) if every else ()
 
     @classmethod
-    def from_trainer(cls, trainer: Any) -> Diagnostics:
-        return cls(trainer.measure, trainer.config.logging.diagnostics_every)
+    def from_context(cls, context: Context) -> Diagnostics:
+        return cls(context.measure, context.config.logging.diagnostics_every)
 
     def step_end(self, trainer: Any, step: int) -> None:
         record = self.measure.diagnostics()
@@ -159,11 +207,11 @@ class Validation(Component):
         self.at = () if stable_end is None or not every else (stable_end,)
 
     @classmethod
-    def from_trainer(cls, trainer: Any) -> Validation:
-        c = trainer.config
+    def from_context(cls, context: Context) -> Validation:
+        c = context.config
         # where the stable phase ends, in steps (later under a batch ramp, read in tokens)
-        stable_end = trainer.plan.step_at(stable_phase_end(c.schedule, c.trainer.steps))
-        return cls(trainer.measure, c.trainer.eval_every, stable_end)
+        stable_end = context.batches.step_at(stable_phase_end(c.schedule, c.trainer.steps))
+        return cls(context.measure, c.validation.every, stable_end)
 
     def step_end(self, trainer: Any, step: int) -> None:
         record = self.measure.validation()
@@ -178,8 +226,8 @@ class Downstream(Component):
         self.measure, self.every = measure, every
 
     @classmethod
-    def from_trainer(cls, trainer: Any) -> Downstream:
-        return cls(trainer.measure, trainer.config.trainer.downstream_every)
+    def from_context(cls, context: Context) -> Downstream:
+        return cls(context.measure, context.config.downstream.every)
 
     def step_end(self, trainer: Any, step: int) -> None:
         record = self.measure.downstream()

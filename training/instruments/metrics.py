@@ -13,11 +13,61 @@ import os
 import resource
 import secrets
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from training.config import WandbConfig
+from settings import Run, Section, at_least, one_of
+
+
+@dataclass
+class WandbConfig(Section):
+    """``logging.wandb``. ``mode``: ``online``, ``offline`` (files only, sync later: works with
+    no network) or ``disabled``; ``WANDB_MODE`` in the environment, when set, takes its place."""
+
+    mode: str = "offline"
+    project: str = "xielu"
+    entity: str | None = None
+    name: str | None = None
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+    def check(self, run: Run | None = None) -> None:
+        one_of("logging.wandb.mode", self.mode, ("online", "offline", "disabled"))
+
+
+@dataclass
+class LoggingConfig(Section):
+    """``logging``: where numbers go, and the per-layer measurements' cadences.
+
+    Attributes:
+        wandb: the wandb run (:class:`WandbConfig`).
+        diagnostics_every: steps between the per-layer activation diagnostics (the MLP
+            pre-activation RMS, its fraction below zero, the output RMS and the non-linear share
+            of the output; ``training/instruments/diagnostics.py``), measured on one fixed
+            held-out batch, also at step 0; 0 disables. Each costs one forward of
+            ``trainer.micro_batch`` sequences.
+        grad_norms_every: steps between the per-layer gradient norms (attention, MLP and the
+            activation's scalars of every block, before clipping;
+            ``training/instruments/grad_norms.py``), logged as ``grad_norm/<group>/layer_NN``;
+            0 disables.
+        outliers_every: steps between the per-layer outlier telemetry (kurtosis, max/RMS and
+            the FP8 scaling units' maxima of the MLP's pre-activation and output, the attention
+            output and the residual stream; ``training/instruments/outliers.py``), on that
+            step's own micro-batches, logged as ``outliers/<tensor>/<statistic>/layer_NN``; 0
+            disables. That step's forward runs eagerly.
+    """
+
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    diagnostics_every: int = 50
+    grad_norms_every: int = 50
+    outliers_every: int = 50
+
+    def check(self, run: Run | None = None) -> None:
+        for key in ("diagnostics_every", "grad_norms_every", "outliers_every"):
+            at_least(f"logging.{key}", getattr(self, key), 0)
+
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from training.components import Component
+from training.components import Component, Context
 from training.runtime import distributed
 
 TENSORS = ("pre_act", "act_out", "attn_out", "residual")
@@ -162,8 +162,8 @@ class Outliers(Component):
         self.stance = None
 
     @classmethod
-    def from_trainer(cls, trainer: Any) -> Outliers:
-        return cls(trainer.config.logging.outliers_every)
+    def from_context(cls, context: Context) -> Outliers:
+        return cls(context.config.logging.outliers_every)
 
     def step_start(self, trainer: Any, step: int) -> None:
         self.recorder = Recorder(trainer.model.bare.layers, trainer.env.device)

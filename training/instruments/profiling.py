@@ -1,6 +1,6 @@
 """Profiles of chosen steps: a torch.profiler trace per rank, and on CUDA a memory snapshot.
 
-``trainer.profile_steps=[10,12]`` profiles steps 10 to 12 (as logged: step N is the N-th
+``profile.steps=[10,12]`` profiles steps 10 to 12 (as logged: step N is the N-th
 update) and writes ``<run_dir>/profile/trace_rank00000_steps10-12.json``, a Chrome trace for
 https://ui.perfetto.dev or ``chrome://tracing`` (TensorBoard's profiler plugin reads it too).
 On CUDA, the allocator's history is recorded over the same steps and dumped to
@@ -11,12 +11,14 @@ they run out of memory, for https://pytorch.org/memory_viz. A CPU run never touc
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from training.components import AtStop, Component
+from settings import ConfigError, Run, Section
+from training.components import AtStop, Component, Context
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,23 @@ class StepProfiler:
         log.info("profile written: %s", ", ".join(str(p) for p in written))
 
 
+@dataclass
+class ProfileConfig(Section):
+    """``profile``: ``steps``, ``[first, last]``: profile those steps (as logged, from 1) into
+    ``<run_dir>/profile/`` (a Chrome trace per rank; on CUDA a memory snapshot too); empty: no
+    profiling."""
+
+    steps: list[int] = field(default_factory=list)
+
+    def check(self, run: Run | None = None) -> None:
+        p, last = self.steps, run.config.trainer.steps if run else float("inf")
+        if p and not (len(p) == 2 and 1 <= p[0] <= p[1] <= last):
+            bound = f"trainer.steps={last}" if run else "the run's last step"
+            raise ConfigError(
+                f"profile.steps={list(p)} must be [first, last] with 1 <= first <= last <= {bound}"
+            )
+
+
 class Profiling(Component):
     """The profiler as the trainer's component: its cadence is its window of steps."""
 
@@ -93,9 +112,9 @@ class Profiling(Component):
         self.at = tuple(range(steps[0], steps[1] + 1)) if steps else ()  # every=0: only these
 
     @classmethod
-    def from_trainer(cls, trainer: Any) -> Profiling:
-        env = trainer.env
-        return cls(trainer.config.trainer.profile_steps, trainer.run_dir, env.rank, env.device)
+    def from_context(cls, context: Context) -> Profiling:
+        env = context.env
+        return cls(context.config.profile.steps, context.run_dir, env.rank, env.device)
 
     def step_start(self, trainer: Any, step: int) -> None:
         self.profiler.before(step)

@@ -4,7 +4,7 @@ A spike is a step whose loss (or global gradient norm) lies more than ``threshol
 deviations above the mean of the previous ``window`` steps. Only upward jumps count: a loss
 that falls fast early in training is not a spike. Detection starts once ``MIN_HISTORY`` steps
 are known. Spikes are counted (``spikes`` in ``metrics.jsonl`` and wandb), each is reported with
-its step and value, and with ``trainer.spike_skip`` the step's update is skipped; a skipped
+its step and value, and with ``spikes.skip`` the step's update is skipped; a skipped
 step's values stay out of the window, so a burst of bad steps does not become the new normal,
 until ``training.step_health`` decides that a long enough burst is the new normal.
 """

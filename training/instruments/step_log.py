@@ -16,7 +16,7 @@ from typing import Any
 from data import counters as data_counters
 from data import source_tokens
 from model import training_flops_per_token
-from training.components import AtStop, Component
+from training.components import AtStop, Component, Context
 from training.instruments.metrics import alpha_scalars, device_peak_flops, peak_memory_gib
 from training.runtime import distributed
 
@@ -34,9 +34,9 @@ class StepLog(Component):
         self.start_step = 0
 
     @classmethod
-    def from_trainer(cls, trainer: Any) -> StepLog:
-        c = trainer.config
-        return cls(c.trainer.log_every, trainer.model_config, c.data.seq_len, trainer.env.device)
+    def from_context(cls, context: Context) -> StepLog:
+        c = context.config
+        return cls(c.trainer.log_every, context.model_config, c.data.seq_len, context.env.device)
 
     def begin(self, trainer: Any) -> None:
         self.started, self.start_step = time.perf_counter(), trainer.step  # for the ETA

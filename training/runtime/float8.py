@@ -1,13 +1,13 @@
 """FP8 training through torchao: which linear layers compute in float8, and the refusals.
 
-``trainer.float8=tensorwise`` (one scale per tensor) or ``rowwise`` (one per row of each
+``parallel.float8=tensorwise`` (one scale per tensor) or ``rowwise`` (one per row of each
 operand) swaps the chosen ``nn.Linear`` layers for torchao's ``Float8Linear``: the weights stay
 fp32 master copies and the optimizer sees the same parameters under the same names, so
 checkpoints, world-size changes and the optimizer's groups are untouched; only the matmuls run
 in float8 (e4m3 for both directions, as torchao's recipes say), with dynamic scales computed
 from each operand's absolute maximum at every call.
 
-What stays in bf16 (``trainer.float8_keep``, names matched as whole dotted components or
+What stays in bf16 (``parallel.float8_keep``, names matched as whole dotted components or
 suffixes, ``lm_head`` by default):
 
 - the LM head: the fused loss (``model/loss.py``) reads its weight directly in chunks, never
@@ -15,7 +15,7 @@ suffixes, ``lm_head`` by default):
   torchtitan keeps its output layer out of FP8 as well;
 - layers whose shapes FP8 cannot take (a dimension not a multiple of 16, ``torch._scaled_mm``'s
   rule) or would not speed up (torchao's size thresholds, measured on H100s):
-  ``trainer.float8_auto_filter`` (on by default) applies torchao's own filter for the recipe;
+  ``parallel.float8_auto_filter`` (on by default) applies torchao's own filter for the recipe;
 - the activation's scalars and the norms are not linear layers and stay fp32 anyway.
 
 Under FSDP2 with ``tensorwise``, the blocks' weights are all-gathered in float8 (half bf16's
@@ -35,37 +35,36 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from training.components import Component
-from training.config import CHOICES
+from training.components import Component, Context
 
-RECIPES = CHOICES["trainer.float8"][1:]  # "none" aside
+RECIPES = ("tensorwise", "rowwise")  # parallel.float8 is one of these or "none"
 # e4m3 matmuls need compute capability 8.9 (Ada) or 9.0 (Hopper, the GH200) and above
 MIN_CAPABILITY = (8, 9)
 
 
 def refusal(recipe: str, precision: str, device: torch.device) -> str | None:
-    """Why ``trainer.float8=recipe`` cannot run here (None: it can), said before any work."""
+    """Why ``parallel.float8=recipe`` cannot run here (None: it can), said before any work."""
     if recipe == "none":
         return None
     if not torchao_available():
         return (
-            f"trainer.float8={recipe} needs torchao: pip install -e '.[fp8]' "
-            "(a torchao built for this torch), or set trainer.float8=none"
+            f"parallel.float8={recipe} needs torchao: pip install -e '.[fp8]' "
+            "(a torchao built for this torch), or set parallel.float8=none"
         )
     if device.type != "cuda":  # first: no other setting makes it run here
         return (
-            f"trainer.float8={recipe} needs a CUDA GPU with FP8 matmuls (compute capability "
+            f"parallel.float8={recipe} needs a CUDA GPU with FP8 matmuls (compute capability "
             f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}+, e.g. H100/GH200); this device is "
-            f"{device.type}: set trainer.float8=none"
+            f"{device.type}: set parallel.float8=none"
         )
     if precision != "bf16":
-        return f"trainer.float8={recipe} runs under bf16 autocast: set trainer.precision=bf16"
+        return f"parallel.float8={recipe} runs under bf16 autocast: set parallel.precision=bf16"
     capability = torch.cuda.get_device_capability(device)
     if capability < MIN_CAPABILITY:
         name = torch.cuda.get_device_name(device)
         return (
-            f"trainer.float8={recipe}: {name} (compute capability {capability[0]}.{capability[1]})"
-            " has no FP8 matmuls; set trainer.float8=none"
+            f"parallel.float8={recipe}: {name} (compute capability {capability[0]}.{capability[1]})"
+            " has no FP8 matmuls; set parallel.float8=none"
         )
     return None
 
@@ -136,9 +135,9 @@ class Float8Scales(Component):
         self.model = model
 
     @classmethod
-    def from_trainer(cls, trainer) -> Float8Scales | None:
+    def from_context(cls, context: Context) -> Float8Scales | None:
         """Only FSDP2 with float8 tensorwise all-gathers weights in float8 and needs scales."""
-        model = trainer.model  # a TrainingModel
+        model = context.model  # a TrainingModel
         return cls(model.bare) if model.plan.float8 == "tensorwise" and model.fsdp else None
 
     def after_update(self, trainer, step: int, stepped: bool) -> None:

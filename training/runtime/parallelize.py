@@ -18,7 +18,7 @@ reasons):
 
 The result, a :class:`TrainingModel`, also answers the questions whose answer depends on the
 wrapping (gradient sync during accumulation, the global gradient norm, finite weights, the
-per-layer activation scalars), so the trainer has no ``parallelism == ...`` branches. Evaluation
+per-layer activation scalars), so the trainer has no ``strategy == ...`` branches. Evaluation
 and the benchmarks call the same function, so they measure exactly what the trainer runs.
 """
 
@@ -28,50 +28,98 @@ import contextlib
 import functools
 from collections.abc import Iterator
 from contextlib import AbstractContextManager as ContextManager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
-from training.config import TrainerConfig
+from settings import ConfigError, Run, Section, at_least, one_of
 from training.runtime.distributed import Env
+from training.runtime.float8 import RECIPES as FLOAT8_RECIPES
 
-# the trainer's choices (training/config.py), plus "none": evaluation's unwrapped model
+STRATEGIES = ("ddp", "fsdp", "none")
+PRECISIONS = ("auto", "bf16", "fp32")
+COMPILE_SCOPES = ("none", "blocks", "model")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+CHECKPOINTING = ("none", "full", "selective")
 
 
-@dataclass(frozen=True)
-class ParallelPlan:
-    """How to train a model: the ``trainer.*`` settings that decide the wrapping, under the
-    same names (see :class:`training.config.TrainerConfig` for their meaning), resolved for
-    one device.
+@dataclass
+class ParallelConfig(Section):
+    """``parallel``: how the model trains on its devices, read by :func:`parallelize` (and by
+    the FP8 conversion it calls); nothing else in the run changes with them.
 
     Attributes:
-        parallelism: ``ddp``, ``fsdp`` or ``none`` (every process keeps its own unwrapped
-            copy: single-process runs and evaluation). Ignored in a single process.
-        precision: ``bf16`` (autocast for compute; fp32 weights and optimizer state) or
-            ``fp32``; ``auto`` is resolved for the device by :func:`plan_from_config`.
-        compile, activation_checkpointing, float8, float8_keep, float8_auto_filter,
-        fsdp_reshard_after_forward, fsdp_reduce_every_micro_batch: as ``trainer.*``.
+        strategy: ``ddp``, ``fsdp`` (FSDP2 ``fully_shard`` per block, then the root) or ``none``
+            (every process keeps its own unwrapped copy: evaluation's; a training run on more
+            than one process refuses it). Ignored in a single process.
+        precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``bf16`` (autocast for
+            compute; fp32 weights and optimizer state) or ``fp32``.
+        compile: ``none``, ``blocks`` (``torch.compile`` each block and the loss's softmax) or
+            ``model`` (the whole model as one graph).
+        compile_backend: what ``torch.compile`` hands the traced graphs to, for everything the
+            run compiles: ``inductor`` (generated kernels: the speed), ``aot_eager`` (Dynamo and
+            AOTAutograd trace the same graphs, which run eagerly: no code generation, whose C++
+            build dominates a small run on a CPU; the tests' end-to-end tier uses it) or
+            ``eager`` (Dynamo alone). Like torchtitan's ``compile.backend``.
+        activation_checkpointing: ``none``, ``full`` (recompute each block in backward) or
+            ``selective`` (keep matmul and attention outputs, recompute the pointwise work).
+        float8: ``none``, ``tensorwise`` or ``rowwise``: the linear layers' matmuls in FP8
+            through torchao (``pip install -e '.[fp8]'``; a GPU with compute capability 8.9+,
+            bf16), one scale per tensor or per row; ``training/runtime/float8.py``.
+        float8_keep: linear layers that stay bf16 under ``float8``, by name or name suffix
+            (``lm_head``: the fused loss reads its weight; e.g. ``down_proj`` too).
+        float8_auto_filter: also keep in bf16 the layers FP8 would not speed up (torchao's size
+            thresholds for the recipe) or cannot take (a dimension not a multiple of 16).
+        fsdp_reshard_after_forward: FSDP2: free each block's gathered weights after its forward
+            (least memory) or keep them until its backward (one all-gather less per block).
+        fsdp_reduce_every_micro_batch: FSDP2 with gradient accumulation: reduce-scatter the
+            gradients after every micro-batch instead of keeping them whole, in fp32, until the
+            last one: 4 bytes per parameter less on every GPU (4.2 GiB at 1.1B, 11.2 at 3B) for
+            one reduce-scatter per micro-batch instead of per step.
+        collective_timeout_s: how long a collective waits for the slowest rank before the job
+            fails (a rank that hangs); a rank that dies stops the others at once (torchrun).
     """
 
-    parallelism: str = "none"
-    precision: str = "fp32"
+    strategy: str = "ddp"
+    precision: str = "auto"
     compile: str = "none"
+    compile_backend: str = "inductor"
     activation_checkpointing: str = "none"
     float8: str = "none"
-    float8_keep: tuple[str, ...] = ("lm_head",)
+    float8_keep: list[str] = field(default_factory=lambda: ["lm_head"])
     float8_auto_filter: bool = True
     fsdp_reshard_after_forward: bool = True
     fsdp_reduce_every_micro_batch: bool = False
+    collective_timeout_s: int = 1800
+
+    def check(self, run: Run | None = None) -> None:
+        one_of("parallel.strategy", self.strategy, STRATEGIES)
+        one_of("parallel.precision", self.precision, PRECISIONS)
+        one_of("parallel.compile", self.compile, COMPILE_SCOPES)
+        one_of("parallel.compile_backend", self.compile_backend, COMPILE_BACKENDS)
+        one_of("parallel.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
+        one_of("parallel.float8", self.float8, ("none", *FLOAT8_RECIPES))
+        at_least("parallel.collective_timeout_s", self.collective_timeout_s, 1)
+        if run is not None and run.world_size > 1 and self.strategy == "none":
+            raise ConfigError(
+                f"parallel.strategy=none on {run.world_size} processes: each would train its "
+                "own copy, its gradients never averaged; use ddp or fsdp"
+            )
 
     @property
     def bf16(self) -> bool:
         return self.precision == "bf16"
 
-    def for_evaluation(self) -> ParallelPlan:
+    def on(self, device: torch.device) -> ParallelConfig:
+        """These settings for ``device``: ``auto`` precision resolved (bf16 on CUDA, fp32 on
+        CPU, where bf16 matmuls are slow, not faster)."""
+        return replace(self, precision=resolve_precision(self.precision, device))
+
+    def for_evaluation(self) -> ParallelConfig:
         """Same precision, nothing else: evaluation keeps a whole unwrapped model per process."""
         return replace(
-            self, parallelism="none", compile="none", activation_checkpointing="none", float8="none"
+            self, strategy="none", compile="none", activation_checkpointing="none", float8="none"
         )
 
 
@@ -82,18 +130,6 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
-def plan_from_config(trainer: TrainerConfig, device: torch.device) -> ParallelPlan:
-    """The plan the trainer's settings (``trainer.*``) describe, for ``device``: the same
-    values, ``auto`` precision resolved. Their checks are the config's
-    (``training.checks.check_config``, and ``check_on_device`` for what this device cannot
-    run); the plan restates none of them."""
-    precision = resolve_precision(trainer.precision, device)
-    same_names = {f.name: getattr(trainer, f.name) for f in fields(ParallelPlan)}
-    return ParallelPlan(
-        **{**same_names, "precision": precision, "float8_keep": tuple(trainer.float8_keep)}
-    )
-
-
 class TrainingModel:
     """A model as the training loop drives it, and what its wrapping changes.
 
@@ -102,10 +138,10 @@ class TrainingModel:
     optimizer (the same parameter objects; DTensor shards under FSDP2).
     """
 
-    def __init__(self, wrapped: nn.Module, bare: nn.Module, plan: ParallelPlan, env: Env) -> None:
+    def __init__(self, wrapped: nn.Module, bare: nn.Module, plan: ParallelConfig, env: Env) -> None:
         self.wrapped, self.bare, self.plan, self.env = wrapped, bare, plan, env
-        self.fsdp = plan.parallelism == "fsdp" and env.distributed
-        self.ddp = plan.parallelism == "ddp" and env.distributed
+        self.fsdp = plan.strategy == "fsdp" and env.distributed
+        self.ddp = plan.strategy == "ddp" and env.distributed
 
     def __call__(self, *args, **kwargs):
         return self.wrapped(*args, **kwargs)
@@ -205,8 +241,10 @@ class TrainingModel:
                 module.reshard()
 
 
-def parallelize(model: nn.Module, env: Env, plan: ParallelPlan) -> TrainingModel:
-    """Wrap ``model`` (a decoder whose blocks are ``model.layers``) as ``plan`` says."""
+def parallelize(model: nn.Module, env: Env, plan: ParallelConfig) -> TrainingModel:
+    """Wrap ``model`` (a decoder whose blocks are ``model.layers``) as ``plan`` (the run's
+    ``parallel`` section) says, for ``env``'s device."""
+    plan = plan.on(env.device)
     if plan.float8 != "none":  # first: checkpointing, compile and FSDP2 wrap the float8 layers
         from training.runtime import float8
 
@@ -215,7 +253,7 @@ def parallelize(model: nn.Module, env: Env, plan: ParallelPlan) -> TrainingModel
             plan.float8,
             keep=plan.float8_keep,
             auto_filter=plan.float8_auto_filter,
-            fsdp=env.distributed and plan.parallelism == "fsdp",
+            fsdp=env.distributed and plan.strategy == "fsdp",
         )
     if plan.activation_checkpointing != "none":
         apply_activation_checkpointing(
@@ -225,12 +263,12 @@ def parallelize(model: nn.Module, env: Env, plan: ParallelPlan) -> TrainingModel
         take_the_measured_activation_path(model, env.device, plan)
     apply_compile(model, plan.compile)
     module = model
-    if env.distributed and plan.parallelism == "ddp":
+    if env.distributed and plan.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [env.local_rank] if env.device.type == "cuda" else None
         module = DistributedDataParallel(model, device_ids=ids)
-    elif env.distributed and plan.parallelism == "fsdp":
+    elif env.distributed and plan.strategy == "fsdp":
         apply_fsdp(model, plan)
     return TrainingModel(module, model, plan, env)
 
@@ -252,7 +290,7 @@ def take_the_measured_activation_path(model: nn.Module, device: torch.device, pl
 
 def compile_backend(backend: str):
     """A context in which every ``torch.compile`` of the run uses ``backend``
-    (``trainer.compile_backend``): the model's, the loss's and FlexAttention's, without each
+    (``parallel.compile_backend``): the model's, the loss's and FlexAttention's, without each
     call site taking it as an argument. Inductor, the default, changes nothing."""
     if backend == "inductor":
         return contextlib.nullcontext()
@@ -268,7 +306,7 @@ def apply_compile(model: nn.Module, scope: str) -> None:
         model.compile()
 
 
-def apply_fsdp(model: nn.Module, plan: ParallelPlan) -> None:
+def apply_fsdp(model: nn.Module, plan: ParallelConfig) -> None:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     # The same numerics as one GPU and DDP, where autocast casts only the matmul operands:
@@ -314,7 +352,7 @@ def fp32_in_bf16_blocks(block: nn.Module) -> list[nn.Module]:
 
 
 # ops whose outputs selective checkpointing keeps: the FLOPs; everything else is recomputed.
-# Float8 linears (trainer.float8) multiply with _scaled_mm; their scales come from an absolute
+# Float8 linears (parallel.float8) multiply with _scaled_mm; their scales come from an absolute
 # maximum (aten.max), kept too, so recomputation never re-reduces a whole operand for a scalar.
 _SAVED_OPS = {
     torch.ops.aten.mm.default,
