@@ -59,9 +59,8 @@ def main(argv: list[str] | None = None) -> dict:
         loader = build_validation_loader(data, args.batch_size, env.rank, env.world_size)
         batches = itertools.islice(loader, args.batches or None)
         shape = (args.batch_size, data.seq_len)
-        model = parallelize(
-            model, env, config.parallel.for_evaluation()
-        )  # the run's precision, an unwrapped copy per rank
+        # the run's precision, an unwrapped copy per rank
+        model = parallelize(model, env, config.parallel.for_evaluation())
         result = validation_loss(model, batches, env.device, shape, model.autocast, env.is_main)
         if result["tokens"] == 0:
             raise SystemExit("no tokens to evaluate: the validation slice is empty")
