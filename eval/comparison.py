@@ -5,6 +5,12 @@ compared seed by seed: the difference of their losses cancels what the seed does
 its spread is what decides whether a gap is real. The interval is Student's t interval of the
 mean paired difference (``scipy.stats.ttest_rel``), which assumes the differences are roughly
 normal: with three seeds it is wide, as it should be.
+
+One rule reads every gap, in every study (:func:`verdict`): a gap is "ahead" or "behind" only
+where its interval excludes 0, otherwise it is "not resolved at N seeds"; and a sign "holds"
+across cells only where every cell resolves the same way (:func:`sign_holds`). A mean's sign
+alone is never a finding: at three seeds (two degrees of freedom) the interval is 4.3 standard
+errors wide each side, and a cell whose mean was -0.001 came out +0.007 at a fourth seed.
 """
 
 from __future__ import annotations
@@ -38,6 +44,34 @@ class PairedDifference:
     @property
     def within_noise(self) -> bool:
         return not (self.low > 0 or self.high < 0)
+
+
+AHEAD, BEHIND = "ahead", "behind"
+
+
+def verdict(diff: PairedDifference) -> str:
+    """``a - b`` as a finding, lower being better (a loss): ``ahead`` where the whole interval
+    is below 0, ``behind`` where it is above, else ``not resolved at N seeds``."""
+    if diff.high < 0:
+        return AHEAD
+    if diff.low > 0:
+        return BEHIND
+    return f"not resolved at {diff.n} seed{'' if diff.n == 1 else 's'}"
+
+
+def resolved(verdict_text: str) -> bool:
+    return verdict_text in (AHEAD, BEHIND)
+
+
+def sign_holds(verdicts: list[str]) -> str | None:
+    """``ahead`` or ``behind`` when every cell (an optimizer, a width) resolves that way; None
+    when any cell is not resolved or the cells disagree: then the sign does not hold, whatever
+    the means say."""
+    if verdicts and all(v == AHEAD for v in verdicts):
+        return AHEAD
+    if verdicts and all(v == BEHIND for v in verdicts):
+        return BEHIND
+    return None
 
 
 def spread(values: list[float]) -> Spread:

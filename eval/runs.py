@@ -3,11 +3,14 @@
 ``metrics.jsonl`` and ``config.yaml`` are what a run directory keeps for good; every report
 (``scripts.study.study_report``, ``scripts.study.width_report``, ``scripts.results_table``) and
 the choice of a ladder's rates (``eval.tuning``) read runs through this module, so they agree on
-what the final loss, a diverged run and a run's arm are.
+what the final loss, a diverged run and a run's arm are. A study's per-run table (``runs.csv``:
+:func:`write_runs_csv`, written by each report beside its tables) holds every number the
+reports read, so a report runs on it as on the run directories, and a reader can recompute it.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import dataclass, field
@@ -98,12 +101,91 @@ def read_run(path: str | Path) -> Run:
     )
 
 
+# a run as one row of a study's per-run table: every number its reports read (the final and
+# the stable-phase validation loss) and the axes that say which run it is
+RUN_COLUMNS = (
+    "run",
+    "activation",
+    "init",
+    "width",
+    "optimizer",
+    "rate",
+    "seed",
+    "params",
+    "tokens_per_step",
+    "steps",
+    "stable_end",
+    "diverged",
+    "final",
+    "stable",
+)
+
+
+def run_row(run: Run) -> dict:
+    """``run`` as a row of :data:`RUN_COLUMNS` (its directory's name as ``run``)."""
+    stable = run.val.get(run.stable_end) if run.stable_end is not None else None
+    values = {**vars(run), "run": run.path.name, "final": run.final, "stable": stable}
+    return {column: values[column] for column in RUN_COLUMNS}
+
+
+def write_runs_csv(runs: list[Run], path: Path) -> None:
+    """The study's per-run table (``runs.csv`` beside its report): one row per run, sorted,
+    so that a reader can recompute every table of the report from it, and the report can be
+    run on it (:func:`read_runs` takes the file in place of the run directories)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = sorted((run_row(r) for r in runs), key=lambda row: row["run"])
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=RUN_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+
+
+def read_runs_csv(path: Path) -> list[Run]:
+    """The runs of a per-run table (:func:`write_runs_csv`): their final and stable-phase
+    losses and axes; no curves or diagnostics (the figures need the run directories)."""
+
+    def number(text: str, kind=float):
+        return None if text == "" else kind(text)
+
+    runs = []
+    with Path(path).open(newline="") as f:
+        for row in csv.DictReader(f):
+            steps, stable_end = int(row["steps"]), number(row["stable_end"], int)
+            val = {stable_end: number(row["stable"])} if row["stable"] else {}
+            if row["final"]:
+                val[steps] = float(row["final"])
+            runs.append(
+                Run(
+                    path=Path(path).parent / row["run"],
+                    activation=row["activation"],
+                    init=row["init"],
+                    width=int(row["width"]),
+                    optimizer=row["optimizer"],
+                    rate=float(row["rate"]),
+                    seed=int(row["seed"]),
+                    params=int(row["params"]),
+                    tokens_per_step=int(row["tokens_per_step"]),
+                    val=val,
+                    steps=steps,
+                    stable_end=stable_end,
+                    diverged=row["diverged"] == "True",
+                )
+            )
+    return runs
+
+
 def read_runs(paths) -> list[Run]:
-    """The runs among ``paths`` that have written metrics (a run not yet started is skipped); a
-    report's arguments with none are refused."""
-    runs = [read_run(p) for p in paths if (Path(p) / "metrics.jsonl").is_file()]
+    """The runs among ``paths`` that have written metrics (a run not yet started is skipped),
+    and the rows of any per-run table (``runs.csv``) among them; a report's arguments with none
+    are refused."""
+    runs = []
+    for p in map(Path, paths):
+        if p.suffix == ".csv" and p.is_file():
+            runs += read_runs_csv(p)
+        elif (p / "metrics.jsonl").is_file():
+            runs.append(read_run(p))
     if not runs:
-        raise SystemExit("no run directory with metrics.jsonl among the arguments")
+        raise SystemExit("no run directory with metrics.jsonl, nor a runs.csv, among the arguments")
     return runs
 
 

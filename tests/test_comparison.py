@@ -8,7 +8,7 @@ import statistics
 import pytest
 import yaml
 
-from eval.comparison import paired_difference, power_law_fit, spread, trend
+from eval.comparison import paired_difference, power_law_fit, sign_holds, spread, trend, verdict
 from scripts.study import study_report
 from train_helpers import compose
 from training.sweeps import expand
@@ -43,6 +43,41 @@ def test_a_gap_smaller_than_the_seed_noise_is_within_noise():
     assert paired_difference({1: 1.0}, {1: 2.0}).within_noise  # one seed: no interval at all
     with pytest.raises(ValueError, match="share no seed"):
         paired_difference({1: 1.0}, {2: 1.0})
+
+
+T975_2 = 4.302652729911275  # Student's t, 2 degrees of freedom, 97.5th percentile
+
+
+@pytest.mark.parametrize(
+    "diffs",
+    [
+        (-0.05, -0.04, -0.06),  # every seed ahead, the interval below 0
+        (0.03, 0.04, 0.02),  # behind
+        (-0.02, 0.01, -0.03),  # mean below 0, interval across it: a means-only rule says ahead
+        (0.012, 0.0135, -0.001),  # mean above 0, interval across it
+        (-0.03, -0.03, -0.03),  # no spread: the mean is the interval
+    ],
+)
+def test_a_gap_is_a_side_only_where_its_interval_excludes_0(diffs):
+    """The rule, written out: Student's 95% interval of the paired differences; ahead (lower
+    loss) where it lies below 0, behind where above, otherwise not resolved at n seeds."""
+    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+    low, high = mean - T975_2 * sd / math.sqrt(3), mean + T975_2 * sd / math.sqrt(3)
+    expected = "ahead" if high < 0 else "behind" if low > 0 else "not resolved at 3 seeds"
+    base = {1: 2.0, 2: 2.1, 3: 2.2}
+    got = verdict(
+        paired_difference({s: base[s] + d for s, d in zip(base, diffs, strict=True)}, base)
+    )
+    assert got == expected
+    assert verdict(paired_difference({1: 1.0}, {1: 2.0})) == "not resolved at 1 seed"
+
+
+def test_a_sign_holds_only_where_every_cell_resolves_the_same_way():
+    assert sign_holds(["ahead", "ahead"]) == "ahead"
+    assert sign_holds(["behind"]) == "behind"
+    assert sign_holds(["ahead", "not resolved at 3 seeds"]) is None  # the means may agree
+    assert sign_holds(["ahead", "behind"]) is None
+    assert sign_holds([]) is None
 
 
 def test_spread_and_the_power_law_fit():
@@ -113,7 +148,7 @@ def test_the_report_picks_the_rate_on_seed_0_and_reports_the_other_seeds(tmp_pat
     half = T975[2] * statistics.stdev(diffs) / math.sqrt(3)
     assert float(rows["xielu"]["diff"]) == pytest.approx(statistics.fmean(diffs))
     assert float(rows["xielu"]["diff_low"]) == pytest.approx(statistics.fmean(diffs) - half)
-    assert rows["xielu"]["verdict"] == "better"
+    assert rows["xielu"]["verdict"] == "ahead"
     markdown = (out / "study.md").read_text()
     assert "| xielu | width | 64 | 0.004 (edge) (0.001 0.002 0.004) | 3 |" in markdown
     for figure in ("curves.png", "learning_rates.png", "diagnostics.png"):
@@ -123,7 +158,7 @@ def test_the_report_picks_the_rate_on_seed_0_and_reports_the_other_seeds(tmp_pat
     assert len(jobs) == 6
     assert "optim.lr=0.004" in jobs[3] and "activation=xielu" in jobs[3]
     run_dirs = {compose(job)[0].trainer.run_dir for job in jobs}
-    assert "runs/study-xielu_lr-0.004_seed-2" in run_dirs and len(run_dirs) == 6
+    assert "runs/study-xielu_lr-0.004_seed-2_optim-adamw" in run_dirs and len(run_dirs) == 6
 
 
 def test_the_trend_is_the_least_squares_slope_with_students_interval():

@@ -166,16 +166,52 @@ def test_every_point_of_the_study_grid_gets_its_own_run_directory_and_axes():
     configs = [compose(job)[0] for job in jobs]
     run_dirs = {c.trainer.run_dir for c in configs}
     assert len(run_dirs) == 32
-    assert "runs/study-xielu_init_scaling-width_lr-0.006" in run_dirs
+    assert "runs/study-xielu_init_scaling-width_lr-0.006_optim-adamw" in run_dirs
     for config in configs:
         assert {"model.activation", "model.init_scaling", "optim.lr"} <= set(config.trainer.axes)
         assert config.data.seed == config.trainer.seed  # a seed is the init and the data order
 
 
+@pytest.mark.slow
+def test_muons_rate_and_the_optimizer_name_every_jobs_directory_and_are_its_axes():
+    """The Muon seeds sweep varies only optim.lr and the seed, yet a rerun at another Muon rate
+    must not find these runs finished, nor resume one of them at its new rate."""
+    sweep = load_sweep("optimizers_muon_seeds")
+    (job,) = [j for j in expand(sweep) if "activation=relu2" in j and "trainer.seed=1" in j][:1]
+    config = compose(job)[0]
+    assert config.trainer.run_dir.endswith("_optim-muon_muon_lr-0.04")
+    assert {"optim.name", "optim.muon.lr"} <= set(config.trainer.axes)
+    other = [o if not o.startswith("optim.muon.lr=") else "optim.muon.lr=0.08" for o in job]
+    assert compose(other)[0].trainer.run_dir.endswith("_optim-muon_muon_lr-0.08")
+    adamw = compose(expand(load_sweep("optimizers_seeds"))[0])[0]
+    assert (
+        adamw.trainer.run_dir.endswith("_optim-adamw") and "optim.muon.lr" not in adamw.trainer.axes
+    )
+
+
+def test_a_resume_may_not_change_the_rate_the_optimizer_was_tuned_at():
+    """optim.muon.lr under Muon is refused as optim.lr is, with or without the sweep's axes;
+    an AdamW run does not read it, and may."""
+    from train_helpers import with_setting
+    from training.config import ExperimentConfig
+    from training.resume_rules import fixed_changes
+
+    saved = with_setting(ExperimentConfig(), "optim.name", "muon")
+    assert fixed_changes(saved, with_setting(saved, "optim.muon.lr", 0.08)) == [
+        ("optim.muon.lr", 0.02, 0.08)
+    ]
+    assert fixed_changes(saved, with_setting(saved, "optim.lr", 0.01)) == [
+        ("optim.lr", 0.003, 0.01)
+    ]
+    adamw = ExperimentConfig()
+    assert fixed_changes(adamw, with_setting(adamw, "optim.muon.lr", 0.08)) == []
+
+
 def test_grids_that_differ_in_a_list_or_in_keys_of_one_last_name_get_loadable_distinct_dirs():
     """Two grids that differ in a list-valued setting (``optim.betas``) and in two keys whose
     last part is the same (``name``, ``optim.name``): every job's directory is a path Hydra
-    reads back (no ``[`` or ``,`` in it) and names both keys apart."""
+    reads back (no ``[`` or ``,`` in it) and names both keys apart (the optimizer is always
+    named, as ``optim``)."""
     fixed = ["experiment=quickstart", "data.paths=[/x/*.parquet]"]
     sweep = {
         "grids": [
@@ -188,8 +224,8 @@ def test_grids_that_differ_in_a_list_or_in_keys_of_one_last_name_get_loadable_di
     }
     run_dirs = [compose(job)[0].trainer.run_dir for job in expand(sweep)]
     assert run_dirs == [
-        "runs/one-xielu_name-one_optim_name-default_betas-default",
-        "runs/two-xielu_name-two_optim_name-ademamix_betas-0.9-0.999",
+        "runs/one-xielu_name-one_betas-default_optim-adamw",
+        "runs/two-xielu_name-two_betas-0.9-0.999_optim-ademamix",
     ]
 
 
@@ -211,7 +247,7 @@ def test_a_hydra_multirun_over_learning_rates_trains_each_rate_in_its_own_direct
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     for lr in ("0.001", "0.004"):
-        run = tmp_path / "runs" / f"lr_lr-{lr}"
+        run = tmp_path / "runs" / f"lr_lr-{lr}_optim-adamw"
         assert max(m["step"] for m in metrics(run)) == 4
         assert [m["lr"] for m in metrics(run) if m.get("step") == 2] == [float(lr)]
 

@@ -19,7 +19,12 @@ def fake_run(root, activation, parametrization, dim, lr, seed, final, diverged=F
     """A run directory as the trainer leaves it: config.yaml and metrics.jsonl; ``optim``:
     settings beside ``optim.lr`` (Muon's)."""
     run = root / f"width-{activation}_{parametrization}_dim-{dim}_lr-{lr}_seed-{seed}"
-    run = run.with_name(run.name + "".join(f"_{k}-{v}" for k, v in (optim or {}).items()))
+    flat = {
+        f"{k}.{inner}" if isinstance(v, dict) else k: w
+        for k, v in (optim or {}).items()
+        for inner, w in (v.items() if isinstance(v, dict) else [(None, v)])
+    }
+    run = run.with_name(run.name + "".join(f"_{k}-{v}" for k, v in flat.items()))
     run.mkdir()
     config = {
         "name": "width",
@@ -96,13 +101,22 @@ def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path
     assert int(row["seeds"]) == 3
     assert float(row["diff"]) == pytest.approx(statistics.fmean(diffs))
     assert float(row["diff_high"]) == pytest.approx(statistics.fmean(diffs) + half)
-    assert row["verdict"] == "better"
+    assert row["verdict"] == "ahead"
     # the same gaps at every width: the trend per doubling is 0, its interval the seeds' spread
     ladder_all = width_report.ladder_rows([read_run(p) for p in runs], rates, 0, "relu2")
     xielu_trend = width_report.gap_trends(ladder_all)["xielu"]
     assert xielu_trend.slope == pytest.approx(0, abs=1e-9) and xielu_trend.flat
     assert xielu_trend.n == 3 * 3  # widths x seeds
     assert "no trend resolved" in (out / "width.md").read_text()
+    # the per-run table: one row per finished run with its loss; the report reads it back
+    table = list(csv.DictReader((out / "runs.csv").open()))
+    assert len(table) == len(runs)
+    row = next(r for r in table if r["run"] == runs[1].name)  # xielu at 32, seed 0
+    assert (row["activation"], int(row["width"]), int(row["seed"])) == ("xielu", 32, 0)
+    assert float(row["final"]) == pytest.approx(9.0)
+    again = tmp_path / "again"
+    assert width_report.main([str(out / "runs.csv"), "--out", str(again)]) == 0
+    assert (again / "width.md").read_text() == (out / "width.md").read_text()
     # the baseline at another rate: its runs at 8e-3 are xielu's, relu2 has none there
     other = tmp_path / "other"
     assert width_report.main([*map(str, runs), "--out", str(other), "--baseline-lr", "8e-3"]) == 0

@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from training.config import DEFAULT_AXES
+from training.optim import OPTIMIZERS
 from training.renamed_keys import refuse_renamed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +48,17 @@ def override_value(value) -> str:
 GROUP_KEYS = {"activation": "model.activation"}
 RUN_DIR = "runs/${name}-${model.activation}"  # TrainerConfig.run_dir's default
 IN_BASE_RUN_DIR = ("activation", "experiment")  # what RUN_DIR already names
+# what names every job's run directory and is one of its axes, varied or not, with its label:
+# the optimizer, and the rate an optimizer trains the hidden matrices at (Muon's), which a rate
+# sweep of it varies: a rerun at another rate never lands in a finished run's directory
+OPTIMIZER_KEYS = {
+    "optim.name": "optim",
+    **{
+        f"optim.{name}.{o.matrix_rate}": f"{name}_{o.matrix_rate}"
+        for name, o in OPTIMIZERS.items()
+        if o.matrix_rate
+    },
+}
 
 
 def _key(override: str) -> str:
@@ -85,7 +97,7 @@ def point_overrides(sweep: dict, grid: dict) -> list[str]:
     gives each of its jobs its own directory."""
     fixed = dict(o.split("=", 1) for o in grid["overrides"])
     base = fixed.get("trainer.run_dir", RUN_DIR)
-    varying = varying_keys(sweep)
+    varying = [k for k in varying_keys(sweep) if k.lstrip("+~") not in OPTIMIZER_KEYS]
     last_parts = [key.lstrip("+~").rsplit(".", 1)[-1] for key in varying]
     parts = []
     for key, last in zip(varying, last_parts, strict=True):
@@ -99,17 +111,26 @@ def point_overrides(sweep: dict, grid: dict) -> list[str]:
         else:  # a list is written out as a path Hydra's grammar reads back: [a,b] -> a-b
             value = fixed.get(key, "default").strip("[]").replace(",", "-").replace(" ", "")
         parts.append(f"_{label}-{value}")
+    named = [k for k in OPTIMIZER_KEYS if k == "optim.name" or _trains(grid, k)]
+    parts += [f"_{OPTIMIZER_KEYS[k]}-${{{k}}}" for k in named]
     axes = list(DEFAULT_AXES)
-    for key in varying:
+    for key in [*varying, *named]:
         name = GROUP_KEYS.get(key.lstrip("+~"), key.lstrip("+~"))
         if "." in name and name not in axes:
             axes.append(name)
-    if not parts:  # the run directory already tells the jobs apart
-        return [f"trainer.run_dir={base}"] if "trainer.run_dir" in fixed else []
     return [
         f"trainer.run_dir={base}" + "".join(parts),
         f"trainer.axes=[{','.join(axes)}]",
     ]
+
+
+def _trains(grid: dict, rate_key: str) -> bool:
+    """Whether a job of ``grid`` trains with the optimizer whose rate ``rate_key`` is
+    (``optim.muon.lr``: ``optim.name=muon``, fixed or swept), or sets that rate."""
+    optimizer = rate_key.split(".")[1]
+    fixed = dict(o.split("=", 1) for o in grid["overrides"])
+    names = [fixed.get("optim.name"), *grid["sweep"].get("optim.name", [])]
+    return optimizer in names or rate_key in fixed or rate_key in grid["sweep"]
 
 
 def resolve(job: list[str]):

@@ -7,8 +7,9 @@ The runs of each optimizer (``optim.name``) are read as ``scripts.study.width_re
 (``optim.lr``, or ``optim.muon.lr`` under Muon: ``OptimConfig.tuned_rate``), the other seeds at
 that rate, the gap to the baseline paired by seed with Student's 95% interval. The tables put the
 optimizers side by side (the rates, the gap at each width, its trend with width), and the last
-says for each activation whether the sign of its mean gap is the same under every optimizer at
-every width, and where the interval excludes 0.
+says for each activation whether the sign holds: by ``eval.comparison``'s one rule, only where
+every cell (an optimizer at a width) is resolved the same way, ahead or behind; each cell that is
+not resolved is named with its seeds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from eval.runs import Run, best_rates, rate_setting, read_runs
+from eval.comparison import resolved, sign_holds
+from eval.runs import Run, best_rates, rate_setting, read_runs, write_runs_csv
 from scripts.common import markdown
 from scripts.study.width_report import gap_trends, ladder_rows
 
@@ -75,7 +77,7 @@ def _loss(row: dict | None) -> str:
 def _gap(row: dict | None) -> str:
     if row is None or "diff" not in row:
         return "-"
-    star = "**" if row["verdict"] != "within noise" else ""
+    star = "**" if resolved(row["verdict"]) else ""
     return f"{star}{row['diff']:+.4f}{star} [{row['diff_low']:+.4f}, {row['diff_high']:+.4f}]"
 
 
@@ -84,33 +86,27 @@ def _where(pairs: list[tuple[str, int]]) -> str:
 
 
 def verdicts(report: dict[str, dict], baseline: str) -> dict[str, str]:
-    """activation -> whether its gap to the baseline has one sign under every optimizer at
-    every width (by the mean over seeds), and where its interval excludes 0."""
-    gaps = defaultdict(list)  # activation -> [(optimizer, width, row)]
+    """activation -> whether its gap to the baseline holds its sign under every optimizer at
+    every width (``eval.comparison.sign_holds``), and otherwise each cell's verdict."""
+    cells = defaultdict(list)  # activation -> [(optimizer, width, verdict)]
     for optimizer, part in report.items():
         for row in part["rows"]:
             if "diff" in row:
-                gaps[row["activation"]].append((optimizer, row["width"], row))
+                cells[row["activation"]].append((optimizer, row["width"], row["verdict"]))
     out = {}
-    for activation, points in sorted(gaps.items()):
-        ahead = [(o, w) for o, w, r in points if r["diff"] < 0]
-        behind = [(o, w) for o, w, r in points if r["diff"] >= 0]
-        clear = [(o, w, r) for o, w, r in points if r["verdict"] != "within noise"]
-        cases = len({o for o, _, _ in points})
-        if not behind or not ahead:
-            side = "ahead of" if not behind else "behind"
-            under = f"all {cases} optimizers" if cases > 1 else "its one optimizer"
-            text = f"{side} {baseline} under {under} at every width"
-        else:
-            text = f"the sign changes: ahead at {_where(ahead)}; behind at {_where(behind)}"
-        if clear:
-            text += "; beyond noise at " + ", ".join(
-                f"{NAMES.get(o, o)} {w} ({'ahead' if r['diff'] < 0 else 'behind'})"
-                for o, w, r in clear
-            )
-        else:
-            text += "; every interval holds 0"
-        out[activation] = text
+    for activation, points in sorted(cells.items()):
+        holds = sign_holds([v for _, _, v in points])
+        optimizers = len({o for o, _, _ in points})
+        if holds:
+            under = f"all {optimizers} optimizers" if optimizers > 1 else "its one optimizer"
+            out[activation] = f"{holds} of {baseline} under {under} at every width: the sign holds"
+            continue
+        by_verdict = defaultdict(list)
+        for o, w, v in points:
+            by_verdict[v].append((o, w))
+        out[activation] = "the sign does not hold: " + "; ".join(
+            f"{v} at {_where(where)}" for v, where in sorted(by_verdict.items())
+        )
     return out
 
 
@@ -166,11 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("runs", nargs="+", help="run directories of one or more optimizers")
+    parser.add_argument(
+        "runs", nargs="+", help="run directories of one or more optimizers, or a runs.csv it wrote"
+    )
     parser.add_argument("--base", type=int, default=64, help="µP's base width (model.mup_base_dim)")
     parser.add_argument("--baseline", default="relu2")
     parser.add_argument("--selection-seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="write the tables to this markdown file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="write the tables to this markdown file, and its runs to <name>_runs.csv beside it",
+    )
     args = parser.parse_args(argv)
     runs = read_runs(args.runs)
     report = by_optimizer(runs, args.base, args.selection_seed, args.baseline)
@@ -184,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines) + "\n")
+        write_runs_csv(runs, args.out.with_name(f"{args.out.stem}_runs.csv"))
     return 0
 
 

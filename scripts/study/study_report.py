@@ -8,8 +8,9 @@ its ``config.yaml`` and ``metrics.jsonl``. Selection bias is avoided by design: 
 learning rate is the one with the lowest final validation loss on the *selection seed* (0: the
 ``study_lr`` sweep), and the reported numbers are those of the *other* seeds at that rate (the
 ``study_seeds`` sweep, which ``--seeds-sweep`` writes). Differences are paired by seed against
-the baseline activation of the same initialisation and width (``eval/comparison.py``); a 95%
-interval that holds 0 reads "within noise".
+the baseline activation of the same initialisation and width and read by the one rule of
+``eval.comparison.verdict``: ahead or behind only where the 95% interval excludes 0, otherwise
+"not resolved at N seeds".
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from eval.comparison import paired_difference, power_law_fit, spread
-from eval.runs import Run, rate_setting, read_runs
+from eval.comparison import paired_difference, power_law_fit, spread, verdict
+from eval.runs import Run, rate_setting, read_runs, write_runs_csv
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
 from training.instruments.diagnostics import STATISTICS
@@ -77,9 +78,7 @@ def comparison_rows(runs: list[Run], baseline: str, selection_seed: int = 0) -> 
                 {r.seed: r.final for r in seeds}, {r.seed: r.final for r in base}
             )
             row |= {"diff": diff.mean, "diff_low": diff.low, "diff_high": diff.high}
-            row["verdict"] = (
-                "within noise" if diff.within_noise else ("better" if diff.high < 0 else "worse")
-            )
+            row["verdict"] = verdict(diff)
         rows.append(row)
     return rows
 
@@ -313,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("runs", nargs="+", help="run directories")
+    parser.add_argument("runs", nargs="+", help="run directories, or a runs.csv it wrote")
     parser.add_argument("--baseline", default="relu2", help="activation the others are paired with")
     parser.add_argument("--selection-seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="directory for study.md, study.csv and figures")
@@ -335,9 +334,11 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "study.md").write_text("\n".join(lines) + "\n")
         write_csv(rows, args.out / "study.csv")
+        write_runs_csv(runs, args.out / "runs.csv")
         best = best_rates(runs, args.selection_seed)
         plot_rates(runs, args.selection_seed, args.out / "learning_rates.png", setting)
-        if any(reported(runs, best, args.selection_seed).values()):
+        curves = not any(str(p).endswith(".csv") for p in args.runs)  # a table has no curves
+        if curves and any(reported(runs, best, args.selection_seed).values()):
             plot_curves(runs, best, args.selection_seed, args.baseline, args.out / "curves.png")
             plot_diagnostics(runs, best, args.selection_seed, args.out / "diagnostics.png")
         if len({r["width"] for r in rows}) > 1:

@@ -24,8 +24,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from eval.comparison import Trend, paired_difference, power_law_fit, spread, trend
-from eval.runs import Run, best_rates, rate_setting, read_runs
+from eval.comparison import Trend, paired_difference, power_law_fit, spread, trend, verdict
+from eval.runs import Run, best_rates, rate_setting, read_runs, write_runs_csv
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
 
@@ -126,9 +126,7 @@ def ladder_rows(
             row["diffs"] = [
                 by_seed[s].final - base[s].final for s in sorted(set(base) & set(by_seed))
             ]
-            row["verdict"] = (
-                "within noise" if diff.within_noise else ("better" if diff.high < 0 else "worse")
-            )
+            row["verdict"] = verdict(diff)
         rows.append(row)
     return rows
 
@@ -316,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("runs", nargs="+", help="run directories")
+    parser.add_argument("runs", nargs="+", help="run directories, or a runs.csv it wrote")
     parser.add_argument("--base", type=int, default=64, help="µP's base width (model.mup_base_dim)")
     parser.add_argument("--baseline", default="relu2")
     parser.add_argument(
@@ -353,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "width.md").write_text("\n".join(lines) + "\n")
+        write_runs_csv(runs, args.out / "runs.csv")
         write_csv(
             [
                 {**r, "losses": " ".join(f"{k:g}:{v:.4f}" for k, v in r["losses"].items())}
