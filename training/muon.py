@@ -13,10 +13,13 @@ groups (embedding, LM head, norms, the activation's scalars) keep µP's rules fo
 
 Why not ``torch.optim.Muon`` itself: it takes 2-D parameters only (the AdamW part would be a
 second optimizer, a second state to checkpoint and resume), and under FSDP2 it would
-orthogonalize each rank's shard of a matrix rather than the matrix. Here a sharded matrix
-(a DTensor) is gathered whole, orthogonalized on one rank (the i-th matrix on rank ``i %
-world_size``, so the work is spread over the ranks), broadcast, and each rank keeps its shard:
-the same update as one process, to float32 rounding (``tests/test_muon.py``).
+orthogonalize each rank's shard of a matrix rather than the matrix. Here each sharded matrix (a
+DTensor, FSDP2's row shards) is gathered to the one rank that orthogonalizes it (the i-th matrix
+on rank ``i % world_size``, so the work is spread over the ranks), and only each rank's rows of
+the result are scattered back (:func:`exchange`): the same update as one process, to float32
+rounding (``tests/test_muon.py``). All the gathers of a step are issued at once, then all the
+scatters, so that they overlap rather than wait one by one; a rank moves about its share of the
+bytes, not the whole of every matrix (docs/performance.md: the count per step).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor, Shard
 from torch.optim.adamw import adamw
 
 from settings import Run, Section, fraction, positive
@@ -142,11 +145,14 @@ class MuonAdamW(torch.optim.Optimizer):
             updates = torch._foreach_lerp(grads, buffers, group["momentum"])
         else:
             updates = buffers
+        # the matrices' numbers run on in the groups' order, the same on every rank (a matrix
+        # without a gradient keeps its number): which rank orthogonalizes which matrix
         steps = []
-        for (i, p), update in zip(indexed, updates, strict=True):
+        owned = _orthogonal_shards(list(updates), [i for i, _ in indexed])
+        for (_, p), step in zip(indexed, owned, strict=True):
             rows, cols = p.shape
             scale = max(1.0, rows / cols) ** 0.5
-            steps.append(_orthogonal(update, i).mul_(-group["lr"] * scale))
+            steps.append(step.mul_(-group["lr"] * scale))
         torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
         torch._foreach_add_(params, steps)
 
@@ -179,16 +185,78 @@ class MuonAdamW(torch.optim.Optimizer):
         )
 
 
-def _orthogonal(update: torch.Tensor, index: int) -> torch.Tensor:
-    """``orthogonalize(update)`` of the whole matrix; a DTensor's is computed on one rank of its
-    mesh (``index % size``), broadcast, and handed back as the same shards."""
-    if not isinstance(update, DTensor):
-        return orthogonalize(update).to(update.dtype)
-    mesh, placements = update.device_mesh, update.placements
-    group = mesh.get_group()
-    whole = update.full_tensor().float()
-    owner = index % dist.get_world_size(group)
-    if dist.get_rank(group) == owner:
-        whole = orthogonalize(whole)
-    dist.broadcast(whole, src=dist.get_global_rank(group, owner), group=group)
-    return distribute_tensor(whole.to(update.dtype), mesh, placements, src_data_rank=None)
+def row_shards(rows: int, world: int) -> list[int]:
+    """The rows of each rank's shard of a matrix split over ``world`` ranks on dimension 0, as
+    DTensor's ``Shard(0)`` splits it (``torch.chunk``'s rule: ceil(rows / world) each, the last
+    ranks fewer or none)."""
+    size = -(-rows // world)
+    return [max(0, min(size, rows - r * size)) for r in range(world)]
+
+
+def exchange(updates: list[DTensor], indices: list[int]) -> list[torch.Tensor]:
+    """``orthogonalize`` of each whole matrix, returned as each rank's own rows, for FSDP2's
+    row-sharded matrices: the matrix numbered ``i`` (``indices``: the same numbers on every rank)
+    is gathered only to rank ``i % world`` (each rank sends
+    its rows), orthogonalized there, and each rank's rows of the result scattered back. Shards
+    are padded to the largest shard's rows, as gloo's and NCCL's gather and scatter want equal
+    sizes; every gather of the step is in flight at once, then every scatter.
+
+    Per step a rank sends its rows of every matrix it does not own and receives the other
+    ranks' rows of those it does, then the reverse: with the matrices spread evenly, about
+    ``2 P (W - 1) / W^2`` elements each way, where ``P`` is the Muon matrices' elements and
+    ``W`` the world size (against ``2 P`` received per rank when each rank gathered every matrix
+    whole and the owner broadcast it)."""
+    group = updates[0].device_mesh.get_group()
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    owners = [i % world for i in indices]
+    padded, received, pending = [], [], []
+    for update, owner in zip(updates, owners, strict=True):
+        rows, cols = update.shape
+        width = -(-rows // world)
+        local = update.to_local().float()
+        shard = torch.zeros(width, cols, dtype=torch.float32, device=local.device)
+        shard[: local.size(0)] = local
+        gathered = [torch.empty_like(shard) for _ in range(world)] if rank == owner else None
+        dst = dist.get_global_rank(group, owner)
+        pending.append(dist.gather(shard, gathered, dst=dst, group=group, async_op=True))
+        padded.append(gathered)
+    for work in pending:
+        work.wait()
+    pending = []
+    for update, owner, gathered in zip(updates, owners, padded, strict=True):
+        rows, cols = update.shape
+        sizes = row_shards(rows, world)
+        local = update.to_local()
+        out = torch.empty(-(-rows // world), cols, dtype=torch.float32, device=local.device)
+        pieces = None
+        if rank == owner:
+            whole = torch.cat([piece[:n] for piece, n in zip(gathered, sizes, strict=True)])
+            result = orthogonalize(whole)
+            pieces = [torch.zeros_like(out) for _ in range(world)]
+            for piece, chunk in zip(pieces, result.split(sizes), strict=True):
+                piece[: chunk.size(0)] = chunk
+        src = dist.get_global_rank(group, owner)
+        pending.append(dist.scatter(out, pieces, src=src, group=group, async_op=True))
+        received.append((out, sizes[rank], update.dtype))
+    for work in pending:
+        work.wait()
+    return [out[:n].to(dtype) for out, n, dtype in received]
+
+
+def _orthogonal_shards(updates: list[torch.Tensor], indices: list[int]) -> list[torch.Tensor]:
+    """Each update's orthogonalized step, in the update's own layout: a plain tensor (one
+    process, DDP: every rank has the whole gradient) computed where it is; FSDP2's row-sharded
+    DTensors through :func:`exchange`, handed back as DTensors of the same shards."""
+    if not updates or not isinstance(updates[0], DTensor):
+        return [orthogonalize(u).to(u.dtype) for u in updates]
+    if any(tuple(u.placements) != (Shard(0),) for u in updates):
+        raise ValueError(
+            f"Muon shards matrices by rows (FSDP2's Shard(0)), got {updates[0].placements}"
+        )
+    locals_ = exchange(updates, indices)
+    return [
+        DTensor.from_local(
+            local, u.device_mesh, u.placements, run_check=False, shape=u.shape, stride=u.stride()
+        )
+        for local, u in zip(locals_, updates, strict=True)
+    ]
