@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.slow
-
 SHAPES = [(10, 6), (7, 12), (3, 5), (16, 16), (9, 4)]  # rows x columns of each Muon matrix
 LR, MOMENTUM = 0.02, 0.95
 
@@ -94,6 +92,7 @@ def one_rank(rank: int, world: int, tmp: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])
 def test_a_rank_moves_its_share_of_the_matrices_and_the_update_is_one_processes(tmp_path, world):
     from training.muon import MuonAdamW, row_shards
@@ -114,3 +113,43 @@ def test_a_rank_moves_its_share_of_the_matrices_and_the_update_is_one_processes(
             mine = p.detach()[start : start + rows[rank]]
             got_rows = torch.tensor(shard, dtype=mine.dtype).reshape(mine.shape)
             torch.testing.assert_close(got_rows, mine, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 16])
+def test_the_price_counts_the_traffic_this_test_counts(world):
+    from training.muon import exchange_elements
+
+    if world == 1:
+        assert exchange_elements(SHAPES, 1) == [0]  # one process exchanges nothing
+        return
+    assert exchange_elements(SHAPES, world) == [expected_elements(world, r) for r in range(world)]
+
+
+@pytest.mark.parametrize("shape", [(64, 256), (256, 64), (96, 96)])
+def test_the_newton_schulz_flops_are_the_ones_torch_counts(shape):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from training.muon import newton_schulz_flops, orthogonalize
+
+    with FlopCounterMode(display=False) as counter:
+        orthogonalize(torch.randn(shape))
+    assert newton_schulz_flops(*shape) == counter.get_total_flops()
+
+
+def test_a_muon_job_is_priced_with_its_matrices_and_an_adamw_job_without():
+    """``scripts.estimate_sweep`` on the cluster sweep: the Muon runs pay Newton-Schulz on every
+    attention and MLP matrix (7 per block of a gated MLP) and their exchange on 4 ranks."""
+    from scripts.estimate_sweep import job_cost
+    from training.muon import exchange_elements, newton_schulz_flops
+    from training.sweeps import expand, load_sweep, with_unread_paths
+
+    jobs = expand(load_sweep("optimizers_gh200"), with_unread_paths([]))
+    muon = next(j for j in jobs if "optim.name=muon" in j and "activation=swiglu" in j)
+    adamw = next(j for j in jobs if "optim.name=muon" not in j and "activation=swiglu" in j)
+    cost = job_cost(muon, ranks=4)
+    dim, layers, kv, hidden = 1536, 12, 1536, 4 * 1536  # paper_1b: MHA, gated width 4 x dim
+    blocks = [(dim, dim), (kv, dim), (kv, dim), (dim, dim), (hidden, dim), (hidden, dim)]
+    shapes = [*blocks, (dim, hidden)] * layers
+    assert cost["muon_flops_per_step"] == sum(newton_schulz_flops(*s) for s in shapes)
+    assert cost["muon_elements_per_step"] == max(exchange_elements(shapes, 4))
+    assert job_cost(adamw, ranks=4)["muon_flops_per_step"] == 0

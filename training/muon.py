@@ -83,6 +83,25 @@ def orthogonalize(matrix: torch.Tensor, steps: int = NEWTON_SCHULZ_STEPS) -> tor
     return (x.mT if tall else x).contiguous()
 
 
+def newton_schulz_flops(rows: int, cols: int, steps: int = NEWTON_SCHULZ_STEPS) -> int:
+    """The matmul FLOPs of :func:`orthogonalize` on a ``rows`` x ``cols`` matrix, iterated on
+    its wide form (``m`` the smaller side, ``n`` the larger): per step ``X X^T`` (2 m^2 n), its
+    square (2 m^3) and the product with ``X`` (2 m^2 n)."""
+    m, n = min(rows, cols), max(rows, cols)
+    return steps * (4 * m * m * n + 2 * m**3)
+
+
+def exchange_elements(shapes: list[tuple[int, int]], world: int) -> list[int]:
+    """The fp32 elements each rank receives (and, as many, sends) in one step's
+    :func:`exchange` of matrices of ``shapes`` (numbered in order) over ``world`` ranks."""
+    received = [0] * world
+    for i, (rows, cols) in enumerate(shapes):
+        padded = -(-rows // world) * cols
+        for rank in range(world):
+            received[rank] += (world - 1) * padded if i % world == rank else padded
+    return received if world > 1 else [0]
+
+
 class MuonAdamW(torch.optim.Optimizer):
     """One optimizer over parameter groups of two kinds: ``muon: True`` (2-D matrices; ``lr``,
     ``weight_decay``, ``momentum``, ``nesterov``) and the others (AdamW: ``lr``, ``betas``,
