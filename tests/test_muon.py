@@ -71,6 +71,38 @@ def test_a_step_is_the_rule_written_out_matrices_muon_the_rest_adamw(nesterov):
     torch.testing.assert_close(vector.detach(), want_v, rtol=1e-12, atol=1e-12)
 
 
+def test_a_normuon_step_is_the_rule_written_out():
+    """NorMuon (Li et al. 2025) written out in float64: the orthogonalized Nesterov update, each
+    row divided by the square root of its running mean square (+ 1e-10), rescaled to the norm
+    it had, then Muon's shape factor, rate and decoupled decay."""
+    torch.manual_seed(0)
+    matrix = torch.nn.Parameter(torch.randn(6, 4, dtype=torch.float64))
+    lr, wd, mu, beta2 = 0.05, 0.1, 0.95, 0.9
+    groups = [{"params": [matrix], "muon": True, "weight_decay": wd}]
+    optimizer = MuonAdamW(groups, lr=lr, momentum=mu, row_beta2=beta2)
+    want, buffer, moment = matrix.detach().clone(), torch.zeros(6, 4, dtype=torch.float64), 0.0
+    for _ in range(3):
+        g = torch.randn_like(want)
+        matrix.grad = g.clone()
+        optimizer.step()
+        buffer = mu * buffer + (1 - mu) * g
+        o = newton_schulz64((1 - mu) * g + mu * buffer)
+        moment = beta2 * moment + (1 - beta2) * (o**2).mean(dim=1, keepdim=True)
+        normalized = o / (moment.sqrt() + 1e-10)
+        normalized = normalized * o.norm() / normalized.norm()
+        want = want * (1 - lr * wd) - lr * (6 / 4) ** 0.5 * normalized
+    torch.testing.assert_close(matrix.detach(), want, rtol=1e-5, atol=1e-6)
+    # with no memory (beta2 = 0) every row of the step has the same norm, and the step Muon's
+    fresh = torch.nn.Parameter(torch.randn(6, 4, dtype=torch.float64))
+    start, fresh.grad = fresh.detach().clone(), torch.randn(6, 4, dtype=torch.float64)
+    MuonAdamW([{"params": [fresh], "muon": True}], lr=1.0, row_beta2=0.0).step()
+    step = start - fresh.detach()
+    rows = torch.linalg.vector_norm(step, dim=1)
+    torch.testing.assert_close(rows, rows.mean().expand(6), rtol=1e-6, atol=0)
+    muon = (6 / 4) ** 0.5 * newton_schulz64((1 - 0.95) * fresh.grad + 0.95 * 0.05 * fresh.grad)
+    torch.testing.assert_close(step.norm(), muon.norm(), rtol=1e-5, atol=0)
+
+
 def test_a_muon_group_takes_matrices_only():
     vector = torch.nn.Parameter(torch.ones(3))
     with pytest.raises(ValueError, match=r"^Muon's groups hold 2-D matrices only$"):
@@ -128,24 +160,28 @@ def test_bad_settings_are_refused_naming_the_key(key, value, match):
 
 
 MUON = {"optim.name": "muon", "optim.muon.lr": 0.02, "parallel.strategy": "fsdp"}
+NORMUON = {"optim.name": "normuon", "optim.normuon.lr": 0.02, "parallel.strategy": "fsdp"}
 
 
 @pytest.mark.slow
-def test_two_fsdp2_ranks_take_one_process_update_and_a_stop_resumes_on_one(corpus, tmp_path):
-    """Each sharded matrix orthogonalized whole on one rank: 2 FSDP2 ranks follow 1 process on
-    the same data (2 ranks of 1 data worker read the streams of 1 process with 2) to float32
-    rounding; stopped on 2 at step 6 and resumed on 1, the run goes on as the uninterrupted
-    one."""
+@pytest.mark.parametrize("optimizer", [MUON, NORMUON], ids=["muon", "normuon"])
+def test_two_fsdp2_ranks_take_one_process_update_and_a_stop_resumes_on_one(
+    corpus, tmp_path, optimizer
+):
+    """Each sharded matrix orthogonalized whole on one rank (NorMuon: its rows normalized on
+    the rank that holds them): 2 FSDP2 ranks follow 1 process on the same data (2 ranks of 1
+    data worker read the streams of 1 process with 2) to float32 rounding; stopped on 2 at step
+    6 and resumed on 1, the run goes on as the uninterrupted one."""
     one, two = {"data.num_workers": 2}, {"data.num_workers": 1}
     single_dir = tmp_path / "single"
-    assert run_in_process(tiny_overrides(corpus, single_dir, **MUON, **one)) == 0
+    assert run_in_process(tiny_overrides(corpus, single_dir, **optimizer, **one)) == 0
     single = losses(single_dir)
     assert single[12] < single[1]
     run_dir = tmp_path / "two"
     stop = faults_env(signal="SIGTERM@6")
-    code, output = run(tiny_overrides(corpus, run_dir, **MUON, **two), ranks=2, env=stop)
+    code, output = run(tiny_overrides(corpus, run_dir, **optimizer, **two), ranks=2, env=stop)
     assert code == 75, output[-3000:]
-    code, output = run(tiny_overrides(corpus, run_dir, **MUON, **one), ranks=1)
+    code, output = run(tiny_overrides(corpus, run_dir, **optimizer, **one), ranks=1)
     assert code == 0 and "resumed from" in output, output[-3000:]
     resumed = losses(run_dir)
     assert resumed.keys() == single.keys()

@@ -40,6 +40,7 @@ DEFAULT_AXES = (
     "model.init_scaling",
     "model.parametrization",
     "model.mup_base_dim",
+    "optim.name",
     "optim.lr",
     "optim.scalar_lr_multiplier",
     "trainer.seed",

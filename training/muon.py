@@ -55,11 +55,50 @@ class MuonConfig(Section):
         fraction("optim.muon.momentum", self.momentum)
 
 
+@dataclass
+class NorMuonConfig(Section):
+    """``optim.normuon``: NorMuon (Li et al. 2025, "NorMuon: Making Muon more efficient and
+    scalable", the optimizer modded-nanogpt's and nanochat's records use): Muon whose
+    orthogonalized update is divided, row by row (one output neuron each), by the square root
+    of a running mean of that row's squared entries, then rescaled to the Frobenius norm it had
+    (:meth:`MuonAdamW._normalize_rows`). The rows' norms of an orthogonal update differ; this
+    evens them out without changing the update's size, so µP's reading of Muon stands: the
+    update keeps Muon's spectral scale to within the spread of its rows' norms.
+
+    Attributes:
+        lr: the hidden matrices' peak rate (as ``optim.muon.lr``).
+        momentum: the (Nesterov) momentum.
+        beta2: the decay of the rows' second moment (the authors': 0.95).
+    """
+
+    lr: float = 0.02
+    momentum: float = 0.95
+    beta2: float = 0.95
+
+    def check(self, run: Run | None = None) -> None:
+        positive("optim.normuon.lr", self.lr)
+        fraction("optim.normuon.momentum", self.momentum)
+        fraction("optim.normuon.beta2", self.beta2)
+
+
 def build(groups: list[dict], optim: Any, device: torch.device) -> MuonAdamW:
     """``optim.name=muon`` (``training.optim.OPTIMIZERS``): the matrices' group (``muon: True``,
     from ``training.parameter_groups.parameter_groups``) and the AdamW rest, as one optimizer."""
     return MuonAdamW(
         groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, momentum=optim.muon.momentum
+    )
+
+
+def build_normuon(groups: list[dict], optim: Any, device: torch.device) -> MuonAdamW:
+    """``optim.name=normuon``: Muon's optimizer with the rows' normalization on."""
+    n = optim.normuon
+    return MuonAdamW(
+        groups,
+        lr=optim.lr,
+        betas=tuple(optim.betas),
+        eps=optim.eps,
+        momentum=n.momentum,
+        row_beta2=n.beta2,
     )
 
 
@@ -117,7 +156,9 @@ class MuonAdamW(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         momentum: float = 0.95,
         nesterov: bool = True,
+        row_beta2: float | None = None,
     ) -> None:
+        """``row_beta2``: NorMuon's rows' normalization with that decay (None: Muon)."""
         defaults = dict(
             lr=lr,
             betas=tuple(betas),
@@ -125,6 +166,7 @@ class MuonAdamW(torch.optim.Optimizer):
             weight_decay=weight_decay,
             momentum=momentum,
             nesterov=nesterov,
+            row_beta2=row_beta2,
             muon=False,
         )
         super().__init__(params, defaults)
@@ -168,12 +210,31 @@ class MuonAdamW(torch.optim.Optimizer):
         # without a gradient keeps its number): which rank orthogonalizes which matrix
         steps = []
         owned = _orthogonal_shards(list(updates), [i for i, _ in indexed])
+        if group["row_beta2"] is not None:  # NorMuon
+            owned = [
+                self._normalize_rows(p, o, group["row_beta2"])
+                for p, o in zip(params, owned, strict=True)
+            ]
         for (_, p), step in zip(indexed, owned, strict=True):
             rows, cols = p.shape
             scale = max(1.0, rows / cols) ** 0.5
             steps.append(step.mul_(-group["lr"] * scale))
         torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
         torch._foreach_add_(params, steps)
+
+    def _normalize_rows(self, p: torch.Tensor, update: torch.Tensor, beta2: float) -> torch.Tensor:
+        """NorMuon: ``update`` (orthogonalized) divided by the square root of each row's
+        running mean square (``s <- beta2 s + (1 - beta2) mean_j(update_ij^2)``, not bias
+        corrected, + 1e-10), then scaled back to its Frobenius norm. Rows are whole on their
+        rank under FSDP2 (row shards), so only the two norms are reduced over ranks."""
+        state = self.state[p]
+        if "row_second_moment" not in state:
+            state["row_second_moment"] = torch.zeros_like(p[:, :1])
+        moment = state["row_second_moment"]
+        moment.lerp_((update * update).mean(dim=1, keepdim=True), 1 - beta2)
+        before = update.norm()
+        normalized = update / (moment.sqrt() + 1e-10)
+        return normalized * (before / (normalized.norm() + 1e-10))
 
     def _adamw_step(self, group: dict) -> None:
         """The group's AdamW update by torch's own function (``torch.optim.AdamW``'s, foreach)."""

@@ -20,7 +20,7 @@ from torch import nn
 from settings import ConfigError, Run, Section, at_least, one_of, positive
 from training import ademamix, muon
 from training.ademamix import AdEMAMixConfig
-from training.muon import MuonConfig
+from training.muon import MuonConfig, NorMuonConfig
 from training.parameter_groups import parameter_groups
 
 
@@ -61,6 +61,7 @@ OPTIMIZERS: dict[str, Optimizer] = {
     "adamw": Optimizer(build_adamw, "AdamW (the paper)", fused=True),
     "ademamix": Optimizer(ademamix.build, "AdEMAMix: Adam plus a slow average (Apertus)"),
     "muon": Optimizer(muon.build, "Muon for the hidden matrices, AdamW for the rest", "lr"),
+    "normuon": Optimizer(muon.build_normuon, "NorMuon: Muon with rows normalized, AdamW", "lr"),
 }
 
 
@@ -81,9 +82,10 @@ class OptimConfig(Section):
     (``training/ademamix.py``) or Muon with AdamW (``training/muon.py``).
 
     Attributes:
-        name: a line of :data:`OPTIMIZERS`: ``adamw`` (the paper), ``ademamix`` or ``muon``
+        name: a line of :data:`OPTIMIZERS`: ``adamw`` (the paper), ``ademamix``, ``muon``
             (Muon for the attention and MLP matrices at ``optim.muon.lr``, AdamW for every
-            other parameter at ``lr``, both on the schedule's shape). ``lr``, ``betas`` (beta1,
+            other parameter at ``lr``, both on the schedule's shape) or ``normuon`` (the same
+            with NorMuon's rows' normalization, at ``optim.normuon.lr``). ``lr``, ``betas`` (beta1,
             beta2), ``eps``, the weight decay and its roles, the scalar multiplier and µP's
             per-group rates mean the same under each. A resume may not change it.
         lr: peak learning rate.
@@ -115,6 +117,7 @@ class OptimConfig(Section):
     fused: bool | None = None
     ademamix: AdEMAMixConfig = field(default_factory=AdEMAMixConfig)
     muon: MuonConfig = field(default_factory=MuonConfig)
+    normuon: NorMuonConfig = field(default_factory=NorMuonConfig)
 
     def check(self, run: Run | None = None) -> None:
         one_of("optim.name", self.name, OPTIMIZERS)

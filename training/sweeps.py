@@ -48,9 +48,10 @@ def override_value(value) -> str:
 GROUP_KEYS = {"activation": "model.activation"}
 RUN_DIR = "runs/${name}-${model.activation}"  # TrainerConfig.run_dir's default
 IN_BASE_RUN_DIR = ("activation", "experiment")  # what RUN_DIR already names
-# what names every job's run directory and is one of its axes, varied or not, with its label:
-# the optimizer, and the rate an optimizer trains the hidden matrices at (Muon's), which a rate
-# sweep of it varies: a rerun at another rate never lands in a finished run's directory
+# what names a job's run directory and is one of its axes, varied or not, with its label: the
+# optimizer, where the sweep chooses it, and the rate an optimizer trains the hidden matrices at
+# (Muon's), which a rate sweep of it varies: a rerun at another rate never lands in a finished
+# run's directory (the optimizer is one of every run's axes: training.config.DEFAULT_AXES)
 OPTIMIZER_KEYS = {
     "optim.name": "optim",
     **{
@@ -111,17 +112,27 @@ def point_overrides(sweep: dict, grid: dict) -> list[str]:
         else:  # a list is written out as a path Hydra's grammar reads back: [a,b] -> a-b
             value = fixed.get(key, "default").strip("[]").replace(",", "-").replace(" ", "")
         parts.append(f"_{label}-{value}")
-    named = [k for k in OPTIMIZER_KEYS if k == "optim.name" or _trains(grid, k)]
+    named = [k for k in OPTIMIZER_KEYS if _names(sweep, k) or _trains(grid, k)]
     parts += [f"_{OPTIMIZER_KEYS[k]}-${{{k}}}" for k in named]
     axes = list(DEFAULT_AXES)
     for key in [*varying, *named]:
         name = GROUP_KEYS.get(key.lstrip("+~"), key.lstrip("+~"))
         if "." in name and name not in axes:
             axes.append(name)
+    if not parts:  # the run directory already tells the jobs apart
+        return [f"trainer.run_dir={base}"] if "trainer.run_dir" in fixed else []
     return [
         f"trainer.run_dir={base}" + "".join(parts),
         f"trainer.axes=[{','.join(axes)}]",
     ]
+
+
+def _names(sweep: dict, key: str) -> bool:
+    """Whether any grid of the sweep sets ``key`` (``optim.name``), fixed or swept."""
+    return any(
+        key in grid["sweep"] or any(_key(o) == key for o in grid["overrides"])
+        for grid in sweep["grids"]
+    )
 
 
 def _trains(grid: dict, rate_key: str) -> bool:
