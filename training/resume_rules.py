@@ -11,9 +11,9 @@ and the command line's.
 The rule, one list (docs/training.md, "What a resume may change"):
 
 - every key of :data:`FIXED_SECTIONS` may not change, except those in :data:`MAY_CHANGE`;
-- every key of :data:`FIXED_KEYS`, of ``trainer.axes`` and the optimizer's tuned rate
-  (``OptimConfig.tuned_rate``: ``optim.muon.lr`` under Muon) may not change (the axes: what
-  makes two runs of a sweep different);
+- every key of :data:`FIXED_KEYS` and of ``trainer.axes`` may not change (the axes: what
+  makes two runs of a sweep different), and with ``optim.lr`` the optimizer's tuned rate
+  (``OptimConfig.tuned_rate``: ``optim.muon.lr`` under Muon);
 - every other key may change, and the new value is what runs from the resumed step on;
 - ``trainer.allow_changes`` names fixed keys this start changes on purpose (``data.paths``
   after moving the files); the load still stops if the checkpoint then does not fit.
@@ -80,9 +80,10 @@ def fixed_changes(saved: ExperimentConfig, ours: ExperimentConfig) -> list[tuple
     """(key, the run's value, this start's value) for every fixed key that differs."""
     before, after = flatten(saved), flatten(ours)
     allowed = set(ours.trainer.allow_changes)
-    # the optimizer's tuned rate (optim.lr, or optim.muon.lr under Muon) names the run as
-    # optim.lr does, whether or not this run's axes list it
-    axes = [*ours.trainer.axes, ours.optim.tuned_rate]
+    # the optimizer's tuned rate (optim.muon.lr under Muon) is an axis wherever optim.lr is
+    axes = list(ours.trainer.axes)
+    if "optim.lr" in axes:
+        axes.append(ours.optim.tuned_rate)
     changes = []
     for key in sorted(before.keys() | after.keys()):
         # a key allowed, or a mapping above it (model.activation_kwargs: every option)

@@ -1,4 +1,4 @@
-"""Does an activation's gap to the baseline keep its sign across optimizers? (issue 58)
+"""Does an activation's gap to the baseline keep its sign across optimizers?
 
     python -m scripts.study.optimizer_report runs/opt_adamw-* runs/opt_ademamix-* runs/opt_muon-*
 
