@@ -12,6 +12,10 @@ rules and this error:
   (``training.checks.check_config`` asks every section), for the rules that bound one
   section's key by another's (``loss.goldfish_h`` below ``data.seq_len``).
 
+Before any range rule, one rule for every float wherever it sits, since a comparison with NaN is
+always false: finite (:func:`check_finite`, run on the composed config before the sections are
+built, and again when the run starts).
+
 This package is the lowest floor, beside ``xielu``: ``model`` and ``data`` raise the same
 :class:`ConfigError` as ``training``, and it imports nothing of the project.
 """
