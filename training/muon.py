@@ -135,10 +135,10 @@ def exchange_elements(shapes: list[tuple[int, int]], world: int) -> list[int]:
     :func:`exchange` of matrices of ``shapes`` (numbered in order) over ``world`` ranks."""
     received = [0] * world
     for i, (rows, cols) in enumerate(shapes):
-        padded = -(-rows // world) * cols
+        padded = row_shards(rows, world)[0] * cols
         for rank in range(world):
             received[rank] += (world - 1) * padded if i % world == rank else padded
-    return received if world > 1 else [0]
+    return received
 
 
 class MuonAdamW(torch.optim.Optimizer):
@@ -292,9 +292,10 @@ def exchange(updates: list[DTensor], indices: list[int]) -> list[torch.Tensor]:
     padded, received, pending = [], [], []
     for update, owner in zip(updates, owners, strict=True):
         rows, cols = update.shape
-        width = -(-rows // world)
         local = update.to_local().float()
-        shard = torch.zeros(width, cols, dtype=torch.float32, device=local.device)
+        shard = torch.zeros(
+            row_shards(rows, world)[0], cols, dtype=torch.float32, device=local.device
+        )
         shard[: local.size(0)] = local
         gathered = [torch.empty_like(shard) for _ in range(world)] if rank == owner else None
         dst = dist.get_global_rank(group, owner)
@@ -307,7 +308,7 @@ def exchange(updates: list[DTensor], indices: list[int]) -> list[torch.Tensor]:
         rows, cols = update.shape
         sizes = row_shards(rows, world)
         local = update.to_local()
-        out = torch.empty(-(-rows // world), cols, dtype=torch.float32, device=local.device)
+        out = torch.empty(sizes[0], cols, dtype=torch.float32, device=local.device)
         pieces = None
         if rank == owner:
             whole = torch.cat([piece[:n] for piece, n in zip(gathered, sizes, strict=True)])

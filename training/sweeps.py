@@ -112,7 +112,10 @@ def point_overrides(sweep: dict, grid: dict) -> list[str]:
         else:  # a list is written out as a path Hydra's grammar reads back: [a,b] -> a-b
             value = fixed.get(key, "default").strip("[]").replace(",", "-").replace(" ", "")
         parts.append(f"_{label}-{value}")
-    named = [k for k in OPTIMIZER_KEYS if _names(sweep, k) or _trains(grid, k)]
+    # the optimizer wherever the sweep chooses one; a rate only where this grid trains with it
+    named = [
+        k for k in OPTIMIZER_KEYS if (_names(sweep, k) if k == "optim.name" else _trains(grid, k))
+    ]
     parts += [f"_{OPTIMIZER_KEYS[k]}-${{{k}}}" for k in named]
     axes = list(DEFAULT_AXES)
     for key in [*varying, *named]:
