@@ -43,19 +43,16 @@ GH200_NETWORK_BYTES_S = 25e9
 
 
 def muon_shapes(model_config) -> list[tuple[int, int]]:
-    """The shapes of the matrices Muon trains (``training.parameter_groups``: every matrix but
-    the embedding and the LM head), in the model's order."""
+    """The shapes of the matrices Muon trains (``training.parameter_groups.is_hidden_matrix``),
+    in the model's order."""
     import torch
 
     from model import Llama
+    from training.parameter_groups import is_hidden_matrix
 
     with torch.device("meta"):
         model = Llama(model_config)
-    return [
-        tuple(p.shape)
-        for name, p in model.named_parameters()
-        if p.ndim >= 2 and "embed_tokens" not in name and not name.startswith("lm_head")
-    ]
+    return [tuple(p.shape) for name, p in model.named_parameters() if is_hidden_matrix(name, p)]
 
 
 def job_cost(overrides: list[str], ranks: int = 1) -> dict:

@@ -10,6 +10,12 @@ import torch
 from torch import nn
 
 
+def is_hidden_matrix(name: str, param: torch.Tensor) -> bool:
+    """A matrix whose both dimensions grow with width: every matrix but the embedding and the
+    LM head (µP's hidden group, and the matrices Muon trains)."""
+    return param.ndim >= 2 and "embed_tokens" not in name and not name.startswith("lm_head")
+
+
 def parameter_groups(model: nn.Module, config: Any) -> list[dict]:
     """Decayed parameters (matrices, and whatever the config opts in), not decayed ones, and,
     when the model has any, the activation scalars in a group of their own; under µP
@@ -42,16 +48,12 @@ def parameter_groups(model: nn.Module, config: Any) -> list[dict]:
         if id(param) in activation_scalars:
             scalars.append(param)
             continue
-        if "embed_tokens" in name or param.ndim < 2:
-            wants_decay = config.decay_norms_and_embeddings
-        elif muon and not name.startswith("lm_head"):
-            matrices.append(param)
+        if is_hidden_matrix(name, param) and (muon or mup):
+            (matrices if muon else hidden).append(param)
             continue
-        elif mup and not name.startswith("lm_head"):
-            hidden.append(param)  # a matrix whose both dimensions grow with width
-            continue
-        else:
-            wants_decay = True
+        wants_decay = ("embed_tokens" not in name and param.ndim >= 2) or (
+            config.decay_norms_and_embeddings
+        )
         (decay if wants_decay else no_decay).append(param)
     groups = [
         {"params": decay, "weight_decay": config.weight_decay, "lr_multiplier": 1.0},
