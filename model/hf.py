@@ -314,33 +314,98 @@ def _shortest_float(value: torch.Tensor) -> float:
     return float(value)
 
 
-def import_hf(path: str | Path, dtype: torch.dtype = torch.float32) -> Llama:
-    """The project's model from a transformers checkpoint directory (ours or compatible)."""
-    from safetensors.torch import load_file
+# The model settings a checkpoint's weights fix: a run that starts from the weights takes these
+# from the checkpoint (``checkpoint_config``); the rest (attention kernel, initialisation, loss
+# chunking, the vocabulary's padding rule) is how this project trains or builds, not what the
+# weights are.
+CHECKPOINT_KEYS = (
+    "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "gated_hidden", "mlp_hidden",
+    "activation", "activation_kwargs", "rope_theta", "rope_scaling_factor", "rope_scaling",
+    "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_seq_len", "norm_eps",
+    "tie_embeddings", "qk_norm", "max_seq_len", "parametrization", "mup_base_dim",
+)  # fmt: skip
 
-    path = Path(path)
+
+def _hf_config(path: Path) -> dict:
     config_file = path / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"{path} is not a transformers checkpoint: no config.json")
-    hf = json.loads(config_file.read_text())
-    sidecar = path / SIDECAR
-    has_sidecar = sidecar.is_file()
-    config = ModelConfig(**json.loads(sidecar.read_text())) if has_sidecar else _config_from_hf(hf)
+    return json.loads(config_file.read_text())
+
+
+def _weight_files(path: Path) -> list[Path]:
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors weights in {path}")
-    state = {}
-    for file in files:
-        state.update({_our_key(k, hf["model_type"]): v for k, v in load_file(file).items()})
-    if not has_sidecar:
-        # e.g. xIELU's beta and eps: no config.json field holds them, the weights do, and a
-        # model built with other values would refuse to load them
-        stored = _options_in_state(config.activation, hf["hidden_act"], state)
-        config = replace(config, activation_kwargs={**config.activation_kwargs, **stored})
-    if config.tie_embeddings:
-        state["lm_head.weight"] = state["embed_tokens.weight"]
-    elif config.width_multiplier != 1:  # µP: the export folded the logit multiplier in
-        state["lm_head.weight"] = state["lm_head.weight"] * config.width_multiplier
-    model = Llama(config)
-    model.load_state_dict(state, strict=True)
+    return files
+
+
+def _weights(path: Path, model_type: str, wanted: set[str] | None = None):
+    """``(our key, tensor)`` for each tensor of the checkpoint (or only ``wanted``), one at a
+    time: a rank loading an 8B checkpoint never holds a second copy of it."""
+    from safetensors import safe_open
+
+    for file in _weight_files(path):
+        with safe_open(str(file), framework="pt") as handle:
+            for key in handle.keys():  # noqa: SIM118 (a safetensors handle is not a dict)
+                ours = _our_key(key, model_type)
+                if wanted is None or ours in wanted:
+                    yield ours, handle.get_tensor(key)
+
+
+def checkpoint_config(path: str | Path) -> ModelConfig:
+    """The model a transformers checkpoint directory holds (ours or compatible): our sidecar's
+    exact config when the export wrote one, else read from config.json and, for the activation
+    options that only the weights hold (xIELU's ``beta`` and ``eps``), from layer 0's weights.
+    ValueError for an architecture or activation ``model.Llama`` cannot hold."""
+    path = Path(path)
+    hf = _hf_config(path)
+    sidecar = path / SIDECAR
+    if sidecar.is_file():
+        return ModelConfig(**json.loads(sidecar.read_text()))
+    config = _config_from_hf(hf)
+    wanted = {f"layers.0.mlp.act_fn.{name}" for h in activation_spec(config.activation).hf
+              for name in h.state_options}  # fmt: skip
+    stored = _options_in_state(
+        config.activation, hf["hidden_act"], dict(_weights(path, hf["model_type"], wanted))
+    )
+    return replace(config, activation_kwargs={**config.activation_kwargs, **stored})
+
+
+def load_hf_weights(model: Llama, path: str | Path) -> None:
+    """Copy a checkpoint's weights into ``model``, built with ``checkpoint_config(path)``'s
+    architecture, one tensor at a time, into the model's own dtype and device. Every tensor of
+    the model must come from the checkpoint and every tensor of the checkpoint must have a
+    place in the model, with the same shape: ValueError naming the first that does not."""
+    path = Path(path)
+    model_type = _hf_config(path)["model_type"]
+    config = model.config
+    targets = model.state_dict()
+    loaded = set()
+    with torch.no_grad():
+        for key, tensor in _weights(path, model_type):
+            if key not in targets:
+                raise ValueError(f"{path}: tensor {key!r} has no place in the model")
+            if key == "lm_head.weight":
+                if config.tie_embeddings:  # the embedding (a µP export's head is scaled)
+                    continue
+                tensor = tensor * config.width_multiplier  # µP: the export folded it in
+            if tuple(tensor.shape) != tuple(targets[key].shape):
+                raise ValueError(
+                    f"{path}: tensor {key!r} has shape {tuple(tensor.shape)}, the model's "
+                    f"{tuple(targets[key].shape)}"
+                )
+            targets[key].copy_(tensor)
+            loaded.add(key)
+    if config.tie_embeddings and "embed_tokens.weight" in loaded:
+        loaded.add("lm_head.weight")  # the same tensor
+    missing = sorted(set(targets) - loaded)
+    if missing:
+        raise ValueError(f"{path} holds no {', '.join(missing[:5])}{' ...' * (len(missing) > 5)}")
+
+
+def import_hf(path: str | Path, dtype: torch.dtype = torch.float32) -> Llama:
+    """The project's model from a transformers checkpoint directory (ours or compatible)."""
+    model = Llama(checkpoint_config(path))
+    load_hf_weights(model, path)
     return model.to(dtype)

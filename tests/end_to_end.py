@@ -17,11 +17,14 @@ import itertools
 import re
 from pathlib import Path
 
+from hf_fixtures import apertus_checkpoint
+
 from benchmark_fixtures import benchmark_files
 from data_fixtures import c4_corpus
 from train_helpers import CONFIGS
 
 LOCAL_CORPUS = c4_corpus()
+INITIAL_HF = apertus_checkpoint()  # what a preset that starts from published weights reads
 EVAL_DATA = benchmark_files()
 
 STEPS = 8
@@ -45,6 +48,10 @@ def experiment_text(experiment: str) -> str:
 
 def reads_local_files(experiment: str) -> bool:
     return "override /data: local" in experiment_text(experiment)
+
+
+def starts_from_published_weights(experiment: str) -> bool:
+    return "override /model: from_checkpoint" in experiment_text(experiment)
 
 
 def shrunk(experiment: str, run_dir: Path) -> list[str]:
@@ -76,6 +83,9 @@ def shrunk(experiment: str, run_dir: Path) -> list[str]:
     }
     if reads_local_files(experiment):
         values["data.paths"] = f"[{LOCAL_CORPUS}/*.json.gz]"
+    if starts_from_published_weights(experiment):  # the checkpoint's sizes are already small
+        values = {k: v for k, v in values.items() if not k.startswith("model.")}
+        values["checkpoint.initial_hf"] = str(INITIAL_HF)
     text = experiment_text(experiment)
     if "n_kv_heads" in text:
         values["model.n_kv_heads"] = 1
@@ -139,6 +149,7 @@ PRESETS_COVER = {  # experiment -> (parallelism, precision on this CPU, compile,
     "apertus_1b": ("fsdp", "bf16", "blocks", "selective"),  # paper_1b's, under the recipe
     "paper_3b": ("fsdp", "bf16", "blocks", "full"),
     "mixture_ramp": ("fsdp", "bf16", "none", "none"),
+    "continued": ("fsdp", "bf16", "blocks", "selective"),  # from a tiny Apertus's weights
 }
 COMPILE = ("none", "blocks", "model")
 CHECKPOINTING = ("none", "selective", "full")
@@ -183,7 +194,7 @@ MOVED = (
     ("fsdp", "fp32", "blocks", "selective"),
     ("ddp", "bf16", "none", "selective"),
 )
-MOVED_PRESETS = ("apertus_1b", "mixture_ramp", "paper_1b", "paper_3b")
+MOVED_PRESETS = ("apertus_1b", "continued", "mixture_ramp", "paper_1b", "paper_3b")
 MOVES = (3, 6)
 
 

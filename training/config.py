@@ -192,10 +192,17 @@ def _unknown_keys(node, schema_type, prefix: str = "") -> list[str]:
     return unknown
 
 
-def to_experiment(cfg) -> ExperimentConfig:
-    """The composed Hydra config as the schema's dataclasses, each section checked alone."""
+def to_experiment(cfg, initial_weights: bool = True) -> ExperimentConfig:
+    """The composed Hydra config as the schema's dataclasses, each section checked alone.
+    ``initial_weights``: fill (or check) the model keys from ``checkpoint.initial_hf`` first
+    (``training.initial_weights.take_architecture``; ``cfg`` holds them afterwards); a run
+    directory's saved config holds them already, and is read without the checkpoint."""
     from omegaconf import OmegaConf
 
+    from training.initial_weights import take_architecture
+
+    if initial_weights:  # first: reading any key that names the run resolves those it names
+        take_architecture(cfg)
     unknown = _unknown_keys(cfg, ExperimentConfig)
     for key in unknown:
         if renamed_key_message(key):
@@ -218,19 +225,27 @@ def register_configs() -> None:
     adding an activation is one ``xielu.register(...)`` call and no YAML file."""
     from hydra.core.config_store import ConfigStore
 
+    from training.initial_weights import from_checkpoint, register_resolver
     from xielu import available_activations
 
+    register_resolver()
     store = ConfigStore.instance()
     # each entry once per process: a loop that composes configs calls this for each, and
     # converting the schema took 0.05 s of a 0.3 s compose; activations registered since are new
     if ("schema", "experiment_schema") not in _STORED:
         store.store(name="experiment_schema", node=ExperimentConfig)
         _STORED.add(("schema", "experiment_schema"))
-    for name in available_activations():
+    # activation=from_checkpoint: the activation of checkpoint.initial_hf (its options too),
+    # read when the config is built (training/initial_weights.py)
+    options = {
+        name: {"activation": name, "activation_kwargs": {}} for name in available_activations()
+    }
+    options[FROM_CHECKPOINT] = {k: from_checkpoint(k) for k in ("activation", "activation_kwargs")}
+    for name, node in options.items():
         if ("activation", name) not in _STORED:
-            node = {"activation": name, "activation_kwargs": {}}
             store.store(group="activation", name=name, node=node, package="model")
             _STORED.add(("activation", name))
 
 
+FROM_CHECKPOINT = "from_checkpoint"
 _STORED: set[tuple[str, str]] = set()  # what register_configs has put in Hydra's ConfigStore

@@ -31,6 +31,7 @@ from training.checks import (
 from training.components import Component, Components, Context, TrainerState, keeps_state
 from training.config import ExperimentConfig
 from training.errors import CheckpointWriteError, NonFiniteTrainingError
+from training.initial_weights import check_tokenizer, load_initial_weights
 from training.instruments.measurements import DownstreamEvaluator, Measurements
 from training.instruments.metrics import MetricsLogger
 from training.loss_mask import LossMask
@@ -79,8 +80,11 @@ class Trainer:
         self.global_batch, self.accumulation = self.plan.at(0)
         self.tokenizer = load_tokenizer(config.data.tokenizer)
         check_against_tokenizer(config, self.tokenizer)
+        initial_hf = config.checkpoint.initial_hf
+        check_tokenizer(initial_hf, config.data.tokenizer.path, self.tokenizer.vocab_size)
         self.loss_mask = LossMask.from_config(config.loss, self.tokenizer.eos_id)
         model = build_model(config, self.tokenizer.vocab_size, env.device)
+        load_initial_weights(model, initial_hf, self.run_dir, env.is_main)  # before wrapping
         self.model_config = model.config
         self.model = parallelize(model, env, config.parallel)
         self.optimizer = build_optimizer(self.model.bare, config.optim, env.device)

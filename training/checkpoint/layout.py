@@ -36,11 +36,16 @@ class CheckpointConfig(Section):
         async_write: write checkpoints in the background while training goes on (the weights
             are first copied to CPU memory); published, as synchronous ones, only once complete.
         keep: how many recent checkpoints to keep.
+        initial_hf: a transformers checkpoint directory (this project's export, a Llama, an
+            Apertus) whose weights a fresh run starts from, with a fresh optimizer; its
+            architecture is the model's (``training/initial_weights.py``: what is read from
+            it, what is refused). A run with a checkpoint of its own resumes from that.
     """
 
     every: int = 50
     async_write: bool = False
     keep: int = 2
+    initial_hf: str | None = None
 
     def check(self, run: Run | None = None) -> None:
         at_least("checkpoint.every", self.every, 0)

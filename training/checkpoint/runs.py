@@ -68,7 +68,7 @@ def config_from_file(path: Path) -> ExperimentConfig:
 
     saved = OmegaConf.to_container(OmegaConf.load(path))
     schema = OmegaConf.structured(ExperimentConfig)
-    return to_experiment(OmegaConf.merge(schema, upgrade(saved)))
+    return to_experiment(OmegaConf.merge(schema, upgrade(saved)), initial_weights=False)
 
 
 def checkpoint_path(run_dir: str | Path, step: int | None = None) -> Path:
