@@ -17,10 +17,9 @@ import itertools
 import re
 from pathlib import Path
 
-from hf_fixtures import apertus_checkpoint
-
 from benchmark_fixtures import benchmark_files
 from data_fixtures import c4_corpus
+from hf_fixtures import apertus_checkpoint
 from train_helpers import CONFIGS
 
 LOCAL_CORPUS = c4_corpus()

@@ -11,9 +11,9 @@ import shutil
 
 import pytest
 import torch
-from hf_fixtures import LAYERS, apertus_checkpoint, llama_checkpoint, own_export
 
 from faults import faults_env
+from hf_fixtures import LAYERS, apertus_checkpoint, llama_checkpoint, own_export
 from settings import ConfigError
 from train_helpers import compose, losses, run, run_in_process, tiny_overrides
 

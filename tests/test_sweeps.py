@@ -15,12 +15,20 @@ from training.config import config_value
 from training.runtime.distributed import adopt_slurm_tasks
 from training.sweeps import commands, expand, load_sweep, resolve
 
+TAGS = "logging.wandb.tags=[activation:${model.activation},optim:${optim.name},dim:${model.dim},seed:${trainer.seed}]"  # noqa: E501
+
+
+def grouped(sweep: str) -> list[str]:
+    """What every job of ``sweep`` gets for wandb: its group, and its values as tags."""
+    return [f"logging.wandb.group={sweep}", TAGS]
+
 
 @pytest.mark.slow
 def test_ablation_sweep_is_the_papers_ablation_table_row_by_row():
     jobs = expand(load_sweep("ablation"))
     assert jobs == [
-        ["experiment=ablation_1b", f"activation={row.activation}"] for row in ABLATION_TABLE
+        ["experiment=ablation_1b", f"activation={row.activation}", *grouped("ablation")]
+        for row in ABLATION_TABLE
     ]
     for job in jobs:
         config, _ = compose([*job, "data.paths=[/data/*.parquet]"])
@@ -31,7 +39,7 @@ def test_ablation_sweep_is_the_papers_ablation_table_row_by_row():
 def test_main_sweep_is_the_papers_main_comparison():
     jobs = expand(load_sweep("main"), ["data.paths=[/d/*.parquet]"])
     expected = [
-        [f"experiment={e}", f"activation={a}", "data.paths=[/d/*.parquet]"]
+        [f"experiment={e}", f"activation={a}", *grouped("main"), "data.paths=[/d/*.parquet]"]
         for e, acts in MAIN_COMPARISON.items()
         for a in acts
     ]
@@ -39,6 +47,21 @@ def test_main_sweep_is_the_papers_main_comparison():
     first, second = commands(load_sweep("main"), "submitit_slurm")
     assert "activation=swiglu,relu2,xiprelu,xielu" in first and "hydra.launcher.nodes=22" in first
     assert "activation=swiglu,xielu" in second and "hydra.launcher.nodes=32" in second
+
+
+def test_each_jobs_wandb_run_is_grouped_by_its_sweep_and_tagged_with_its_values():
+    """The group is the sweep; the tags its activation, optimizer, width and seed, read from
+    the job's own config; a group or tags the command line gives win, for every job."""
+    sweep = load_sweep("optimizers_muon_seeds")
+    config, _ = compose(expand(sweep)[0])
+    assert config.logging.wandb.group == "optimizers_muon_seeds"
+    tags = ["activation:relu2", "optim:muon", "dim:64", "seed:1"]
+    assert config.logging.wandb.tags == tags
+    mine = ["logging.wandb.group=mine", "logging.wandb.tags=[a,b]"]
+    for job in [expand(sweep, mine)[-1], commands(sweep, "basic", mine)[-1]]:
+        assert sum(o.startswith("logging.wandb.") for o in job) == 2
+    config, _ = compose(expand(sweep, mine)[-1])
+    assert config.logging.wandb.group == "mine" and config.logging.wandb.tags == ["a", "b"]
 
 
 @pytest.mark.slow

@@ -28,7 +28,8 @@ def load_sweep(name: str) -> dict:
     if not path.is_file():
         have = ", ".join(sorted(p.stem for p in SWEEPS.glob("*.yaml")))
         raise SystemExit(f"sweep {name!r} not found; choose one of: {have}")
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    sweep = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    return {**sweep, "name": name}  # the jobs' wandb group
 
 
 def override_value(value) -> str:
@@ -60,6 +61,27 @@ OPTIMIZER_KEYS = {
         if o.matrix_rate
     },
 }
+
+
+# each job's wandb run: grouped by its sweep, tagged with the values researchers filter on
+WANDB_GROUP = "logging.wandb.group"
+WANDB_TAGS = "logging.wandb.tags"
+TAGGED = {"activation": "model.activation", "optim": "optim.name", "dim": "model.dim"}
+TAGGED["seed"] = "trainer.seed"
+
+
+def wandb_overrides(sweep: dict, grid: dict, extra: list[str] = ()) -> list[str]:
+    """``logging.wandb.group``: the sweep's name; ``logging.wandb.tags``: the job's activation,
+    optimizer, width and seed (``activation:xielu``), interpolated, so that one ``train.py -m``
+    call tags each of its jobs; either left out where the grid or the command line sets it."""
+    given = {_key(o) for o in [*grid["overrides"], *grid["sweep"], *extra]}
+    out = []
+    if WANDB_GROUP not in given and "name" in sweep:
+        out.append(f"{WANDB_GROUP}={sweep['name']}")
+    if WANDB_TAGS not in given:
+        tags = ",".join(f"{label}:${{{key}}}" for label, key in TAGGED.items())
+        out.append(f"{WANDB_TAGS}=[{tags}]")
+    return out
 
 
 def _key(override: str) -> str:
@@ -185,7 +207,8 @@ def expand(sweep: dict, extra: list[str] = ()) -> list[list[str]]:
     jobs = []
     for grid in sweep["grids"]:
         for job in _grid_jobs(grid):
-            jobs.append([*job, *point_overrides(sweep, grid), *extra])
+            named = point_overrides(sweep, grid)
+            jobs.append([*job, *named, *wandb_overrides(sweep, grid, extra), *extra])
             refuse_renamed(jobs[-1])
     return jobs
 
@@ -221,7 +244,7 @@ def commands(sweep: dict, launcher: str, extra: list[str] = ()) -> list[list[str
     for grid in sweep["grids"]:
         settings = {**sweep.get("launcher", {}), **grid.get("launcher", {})}
         cmd = [sys.executable, "train.py", "-m", *_without_run_dir(grid["overrides"])]
-        cmd += point_overrides(sweep, grid)
+        cmd += [*point_overrides(sweep, grid), *wandb_overrides(sweep, grid, extra)]
         cmd += [f"{k}={','.join(map(override_value, v))}" for k, v in grid["sweep"].items()]
         cmd.append(f"hydra/launcher={launcher}")
         if launcher.startswith("submitit"):
