@@ -233,3 +233,13 @@ def test_the_matrix_point_trains_with_every_instrument(point, uninterrupted, tmp
     for step, value in reference.items():
         tolerance = AFTER_A_MOVE if moves and step > MOVES[0] else rel
         assert ours[step] == pytest.approx(value, rel=tolerance), step
+
+
+def test_every_dashboard_panel_reads_keys_a_run_of_the_tier_writes(uninterrupted):
+    """``scripts.wandb_workspace``'s panels against what a real run logs (every instrument on,
+    MFU at a stated CPU peak): a renamed metric fails here, not as an empty wandb panel."""
+    from scripts.wandb_workspace import SECTIONS
+
+    logged = {key for m in metrics(uninterrupted("paper_1b")) for key in m}
+    empty = [f"{s}: {p.title}" for s, ps in SECTIONS.items() for p in ps if not p.shows(logged)]
+    assert not empty, f"panels no run of the tier fills: {empty}"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from settings import Run, Section, at_least, one_of
+from settings import Run, Section, at_least, one_of, positive
 
 
 @dataclass
@@ -57,16 +57,22 @@ class LoggingConfig(Section):
             output and the residual stream; ``training/instruments/outliers.py``), on that
             step's own micro-batches, logged as ``outliers/<tensor>/<statistic>/layer_NN``; 0
             disables. That step's forward runs eagerly.
+        peak_flops: the device's dense peak FLOP/s the logged ``mfu`` divides by; None takes
+            it from :data:`PEAK_BF16_FLOPS` for a GPU listed there and logs no MFU elsewhere
+            (a CPU, a GPU the table does not list: set it from the vendor's data sheet).
     """
 
     wandb: WandbConfig = field(default_factory=WandbConfig)
     diagnostics_every: int = 50
     grad_norms_every: int = 50
     outliers_every: int = 50
+    peak_flops: float | None = None
 
     def check(self, run: Run | None = None) -> None:
         for key in ("diagnostics_every", "grad_norms_every", "outliers_every"):
             at_least(f"logging.{key}", getattr(self, key), 0)
+        if self.peak_flops is not None:
+            positive("logging.peak_flops", self.peak_flops)
 
 
 log = logging.getLogger(__name__)
@@ -92,7 +98,10 @@ def peak_flops_of(device_name: str) -> float | None:
     return None
 
 
-def device_peak_flops(device: torch.device) -> float | None:
+def device_peak_flops(device: torch.device, given: float | None = None) -> float | None:
+    """``logging.peak_flops`` when given, else the table's for a listed GPU."""
+    if given is not None:
+        return given
     if device.type != "cuda":
         return None
     return peak_flops_of(torch.cuda.get_device_name(device))

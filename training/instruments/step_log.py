@@ -4,7 +4,7 @@ Every ``trainer.log_every`` steps and at the last, on rank 0 (each rank takes pa
 collectives: the activations' scalars under FSDP, the data counters summed over ranks). The
 step's own values (loss, lr, grad_norm, and what components added after the update: skipped
 steps, spikes, checkpoint stall) come from ``trainer.record``; the speed from the step's wall
-time, the MFU against the device's peak (none known for a CPU).
+time, the MFU against the device's peak (``logging.peak_flops``; none known for a CPU).
 """
 
 from __future__ import annotations
@@ -26,17 +26,20 @@ class StepLog(Component):
     at_stop = AtStop.NOW  # a stopped step is logged at its step: it is in the checkpoint
     at_last_even_when_off = True  # log_every=0: the last step's line only
 
-    def __init__(self, every: int, model_config, seq_len: int, device) -> None:
+    def __init__(
+        self, every: int, model_config, seq_len: int, device, peak_flops: float | None = None
+    ) -> None:
         self.every = every
         self.flops_per_token = training_flops_per_token(model_config, seq_len)
-        self.peak = device_peak_flops(device)
+        self.peak = device_peak_flops(device, peak_flops)
         self.started = self.step_started = time.perf_counter()
         self.start_step = 0
 
     @classmethod
     def from_context(cls, context: Context) -> StepLog:
         c = context.config
-        return cls(c.trainer.log_every, context.model_config, c.data.seq_len, context.env.device)
+        env, peak = context.env, c.logging.peak_flops
+        return cls(c.trainer.log_every, context.model_config, c.data.seq_len, env.device, peak)
 
     def begin(self, trainer: Any) -> None:
         self.started, self.start_step = time.perf_counter(), trainer.step  # for the ETA
