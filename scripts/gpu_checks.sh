@@ -6,6 +6,7 @@
 #   bash scripts/gpu_checks.sh training     # paper_1b iterations: ReLU², xIELU; none, selective
 #   bash scripts/gpu_checks.sh training-others   # the same for xIPReLU and SwiGLU, selective
 #   bash scripts/gpu_checks.sh ladder       # the 30-minute µP width ladder: again until it reports
+#   bash scripts/gpu_checks.sh optimizers   # the optimizer's step in a paper_1b step: AdamW, Muon
 #   bash scripts/gpu_checks.sh first        # a lent GPU's first call: the most telling checks,
 #                                           # each time-boxed, 5 minutes, resumable (see below)
 # (QUICK=1 still means "tests" only.) Tests assert correctness on the real kernels (float64
@@ -83,6 +84,10 @@ PY
   # torchao's size thresholds)
   part resume_fp8 90 bash scripts/gpu_resume.sh "$data" /tmp/gpu_resume_fp8 \
     parallel.float8=tensorwise parallel.float8_auto_filter=false
+  # not run yet: the optimizer's step against the whole step at paper_1b, bf16, one GPU:
+  # AdamW, Muon (Newton-Schulz on every hidden matrix) and NorMuon
+  part optimizer_step 150 python -m scripts.bench.optimizer_step --device cuda \
+    --preset paper_1b --batch 5 --seq 4096 --bf16 --ranks 1 --steps 5
   exit 0
 fi
 
@@ -117,6 +122,14 @@ if wants training-others; then
   # the other two activations at the default, against ReLU² in the same run
   python -m scripts.bench.throughput --preset paper_1b --batch 5 --seq 4096 --bf16 \
     --compile blocks --checkpointing selective --activations relu2 xiprelu swiglu
+fi
+
+# the optimizer's step against the whole training step at paper_1b, bf16, on every GPU of the
+# machine from one to all: AdamW, Muon, NorMuon (Muon's matrices gathered to their owners)
+if wants optimizers; then
+  gpus=$(python -c "import torch; print(torch.cuda.device_count())")
+  python -m scripts.bench.optimizer_step --device cuda --preset paper_1b --batch 5 --seq 4096 \
+    --bf16 --ranks $(seq 1 "$gpus" | awk '$1 == 1 || $1 % 2 == 0' | tr '\n' ' ')
 fi
 
 # The short µP width ladder (configs/experiment/ladder_short.yaml): tune the rates at the base
