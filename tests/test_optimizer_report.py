@@ -144,3 +144,20 @@ def test_the_per_run_table_holds_every_run_and_the_report_reads_it_back(tmp_path
     csv_path = out.parent / "optimizers_runs.csv"
     assert optimizer_report.main([str(csv_path), "--out", str(again)]) == 0
     assert again.read_text() == out.read_text()
+
+
+@pytest.mark.slow
+def test_a_second_stage_read_alone_takes_the_one_rate_each_pair_trained_at(tmp_path):
+    """Without the selection seed's runs, a pair trained at one rate is read at it (its sweep
+    fixed it); a pair trained at two is left without a rate rather than guessed."""
+    runs = [r for r in _ladder(tmp_path) if r.seed != 0]
+    report = optimizer_report.by_optimizer(runs, 64, 0, "relu2")
+    assert report["adamw"]["rates"]["swiglu"] == 6e-3 and report["muon"]["rates"]["relu2"] == 0.04
+    assert "xielu" not in report["adamw"]["rates"]  # the decoy's other rate: two rates
+    (tmp_path / "full").mkdir()
+    full = optimizer_report.by_optimizer(_ladder(tmp_path / "full"), 64, 0, "relu2")
+    for optimizer in ("adamw", "muon"):
+        rows = {(r["activation"], r["width"]): r for r in report[optimizer]["rows"]}
+        for row in full[optimizer]["rows"]:
+            if row["activation"] != "xielu":
+                assert rows[row["activation"], row["width"]] == row

@@ -5,7 +5,9 @@
 The runs of each optimizer (``optim.name``) are read as ``scripts.study.width_report`` reads a
 µP ladder: each activation at the rate it did best with on the selection seed at the base width
 (``optim.lr``, or ``optim.muon.lr`` under Muon: ``OptimConfig.tuned_rate``), the other seeds at
-that rate, the gap to the baseline paired by seed with Student's 95% interval. The tables put the
+that rate, the gap to the baseline paired by seed with Student's 95% interval. Where the runs
+hold no selection-seed run of a pair but train it at one rate (a second stage read on its own,
+or its ``runs.csv``), that rate is the pair's. The tables put the
 optimizers side by side (the rates, the gap at each width, its trend with width), and the last
 says for each activation whether the sign holds: by ``eval.comparison``'s one rule, only where
 every cell (an optimizer at a width) is resolved the same way, ahead or behind; each cell that is
@@ -37,6 +39,10 @@ def by_optimizer(runs: list[Run], base: int, selection_seed: int, baseline: str)
     for optimizer, group in sorted(groups.items()):
         best = best_rates(group, base, selection_seed)
         rates = {activation: rate for (activation, _), rate in best.items()}
+        for activation in {r.activation for r in group} - set(rates):
+            trained = {r.rate for r in group if r.activation == activation}
+            if len(trained) == 1:  # no selection run here: the one rate the sweep trained at
+                rates[activation] = trained.pop()
         out[optimizer] = {
             "setting": rate_setting(group),
             "rates": rates,
