@@ -1,0 +1,53 @@
+"""The numbers docs/ ships are the ones their own rows give: every gap's interval and verdict
+recomputed from the per-seed values the table holds (Student's 95% interval and the verdict rule,
+written out here), and a study's per-run table read back by its report into the page it wrote."""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+from train_helpers import ROOT
+
+DOCS = ROOT / "docs"
+GAP_TABLES = sorted(p for p in DOCS.rglob("*.csv") if "diff_low" in p.read_text().split("\n")[0])
+
+
+def rule(low: float, high: float, seeds: int) -> str:
+    """A side only where the 95% interval excludes 0."""
+    return "ahead" if high < 0 else "behind" if low > 0 else f"not resolved at {seeds} seeds"
+
+
+def gap_rows(path: Path) -> list[dict]:
+    with path.open(newline="") as f:
+        return [row for row in csv.DictReader(f) if row["diff"]]
+
+
+@pytest.mark.parametrize("path", GAP_TABLES, ids=lambda p: str(p.relative_to(DOCS)))
+def test_each_gaps_verdict_is_the_rule_applied_to_its_own_interval(path):
+    rows = gap_rows(path)
+    assert rows
+    for row in rows:
+        low, high, seeds = float(row["diff_low"]), float(row["diff_high"]), int(row["seeds"])
+        assert low <= float(row["diff"]) <= high
+        assert row["verdict"] == rule(low, high, seeds), row
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in GAP_TABLES if "diffs" in p.read_text().split("\n")[0]], ids=str
+)
+def test_each_gaps_interval_is_the_one_its_per_seed_gaps_give(path):
+    """The per-seed gaps are written to 4 decimals: the mean and interval agree to that."""
+    for row in gap_rows(path):
+        diffs = [float(d) for d in row["diffs"].split()]
+        assert len(diffs) == int(row["seeds"])
+        mean = statistics.fmean(diffs)
+        half = stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+        expected = (mean, mean - half, mean + half)
+        shipped = tuple(float(row[k]) for k in ("diff", "diff_low", "diff_high"))
+        assert shipped == pytest.approx(expected, abs=2e-4), row
