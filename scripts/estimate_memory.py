@@ -43,7 +43,15 @@ What differs from a GPU, and how it is handled:
 - Optimizer. ``build_optimizer`` picks fused AdamW on CUDA and foreach on CPU; the estimate asks
   for fused (``OptimConfig(fused=True)``), whose step allocates no temporaries, as on the GPU.
   ``--optimizer ademamix``: AdEMAMix's foreach step, whose temporaries (two lists the size of
-  the parameters) count in the optimizer phase as they do on the GPU.
+  the parameters) count in the optimizer phase as they do on the GPU. ``--optimizer muon`` and
+  ``normuon`` (``MUON_LIKE``): traced as fused AdamW (Muon's AdamW part reads its step count
+  as a number, which fake tensors do not hold), then the state is Muon's: less the second
+  moment and step count AdamW keeps for each hidden matrix, plus NorMuon's one element a row
+  (``training.muon.state_elements_less_than_adamw``, checked against a real step's state in
+  ``tests/test_estimate_memory.py``). Not counted: the exchange's buffers in the optimizer
+  phase (under FSDP2 a rank holds its shards of every matrix and the whole of those it owns,
+  about 3 P / W fp32 elements for P Muon elements over W ranks), nor Newton-Schulz's
+  temporaries for one matrix.
 - Allocator. The tracker counts bytes as requested (CUDA's allocator rounds to 512 B: a few MB
   over a few thousand tensors) and cannot see fragmentation: the headroom covers both.
 - Compile. Eager only: ``torch.compile`` of each block (the trainer's ``compile: blocks``)
@@ -82,11 +90,14 @@ from torch import nn
 from model.config import ModelConfig
 from model.presets import available_presets
 from scripts.common import markdown, write_csv
+from scripts.estimate_sweep import muon_shapes
+from training.muon import state_elements_less_than_adamw
 from training.optim import OPTIMIZERS, OptimConfig
 from training.runtime.parallelize import CHECKPOINTING
 from training.step import train_step
 
 GIB = 2**30
+MUON_LIKE = ("muon", "normuon")  # traced as AdamW, their state counted (the docstring says why)
 # Usable memory per GPU. H100 SXM 80GB: torch's total_memory, 79.2 GiB. GH200 96GB: taken as
 # 95 GiB (96 GiB of HBM3 less the driver's reservation, as on the H100). The headroom below is
 # ten times larger than the uncertainty in either figure.
@@ -270,8 +281,9 @@ def estimate(
         # outside the fake mode: FSDP2's device mesh reads its rank list back from a tensor
         training = parallelize(model, Env(0, world_size, 0, device), plan)
         with fake_mode:
-            fused = optimizer == "adamw"  # AdEMAMix has its foreach path only
-            optim = build_optimizer(model, OptimConfig(name=optimizer, fused=fused), device)
+            traced = "adamw" if optimizer in MUON_LIKE else optimizer  # see MUON_LIKE
+            fused = traced == "adamw"  # AdEMAMix has its foreach path only
+            optim = build_optimizer(model, OptimConfig(name=traced, fused=fused), device)
             tokens = torch.randint(0, config.vocab_size, (batch, seq + 1), device=device)
             one_step(training, optim, tokens, 1, lambda phase: None)  # optimizer state
             if world_size > 1:
@@ -294,8 +306,13 @@ def estimate(
             with tracker:
                 one_step(training, optim, tokens, micro_steps, mark)
     state, activations, other = by_column(tracker.get_tracker_snapshot("peak"))
+    less = 0
+    if optimizer in MUON_LIKE:  # the matrices' second moment AdamW held, less NorMuon's rows
+        shapes = muon_shapes(config)
+        less = 4 * state_elements_less_than_adamw(shapes, world_size, optimizer == "normuon")
     peak = state + activations + other
     phase = next(phase for phase, so_far in running_peak if so_far == peak)  # where it last rose
+    state, peak = state - less, peak - less
     return Estimate(
         parameters=parameters,
         state=state,
@@ -304,7 +321,7 @@ def estimate(
         peak=peak,
         peak_phase=phase,
         saved=current["forward 1"][1],
-        state_after_step=current["optimizer"][0],
+        state_after_step=current["optimizer"][0] - less,
     )
 
 
@@ -381,10 +398,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument(
         "--optimizer",
         default="adamw",
-        # muon is not estimated: its AdamW part reads its step count as a number, which fake
-        # tensors do not hold; its memory is AdamW's less one fp32 moment of the matrices
-        choices=[name for name in OPTIMIZERS if name != "muon"],
-        help="optim.name: ademamix keeps a third fp32 moment",
+        choices=list(OPTIMIZERS),
+        help="optim.name: ademamix keeps a third fp32 moment; muon and normuon: see MUON_LIKE",
     )
     parser.add_argument("--headroom", type=float, default=HEADROOM)
     parser.add_argument("--csv", type=Path)

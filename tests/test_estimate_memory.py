@@ -86,6 +86,41 @@ def test_ademamix_adds_its_slow_moment_4_bytes_per_parameter():
     assert result.state_after_step == 20 * count + 4 * len(params)
 
 
+def real_state_bytes(config, optimizer: str) -> int:
+    """Bytes of optimizer state a real one-process step of ``optimizer`` leaves."""
+    from training.optim import OptimConfig, build_optimizer
+
+    model = Llama(config)
+    built = build_optimizer(model, OptimConfig(name=optimizer), torch.device("cpu"))
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    built.step()
+    return sum(t.numel() * t.element_size() for s in built.state.values() for t in s.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["muon", "normuon"])
+def test_muons_state_is_a_real_steps_against_adamws(optimizer):
+    """Muon's estimate is AdamW's traced step with the state a real Muon step leaves: the
+    difference to AdamW in state is the difference a real step of each leaves."""
+    config = tiny()
+    adamw = estimate(config, BATCH, SEQ, micro_steps=1)
+    muon = estimate(config, BATCH, SEQ, micro_steps=1, optimizer=optimizer)
+    real = real_state_bytes(config, "adamw") - real_state_bytes(config, optimizer)
+    assert adamw.state_after_step - muon.state_after_step == real > 0
+    assert adamw.peak - muon.peak == real
+
+
+def test_under_fsdp2_muons_saving_is_rank_zeros_share_of_the_matrices_rows():
+    from training.muon import state_elements_less_than_adamw
+
+    shapes = [(10, 4), (3, 8)]  # rank 0 of 4 holds 3 and 1 rows: ceil(rows / 4)
+    # AdamW's second moment of rank 0's rows and its step count, one a matrix
+    assert state_elements_less_than_adamw(shapes, 4) == 3 * 4 + 1 * 8 + 2
+    assert state_elements_less_than_adamw(shapes, 4, row_norm=True) == 3 * 4 + 1 * 8 + 2 - (3 + 1)
+    assert state_elements_less_than_adamw(shapes, 1) == 10 * 4 + 3 * 8 + 2
+
+
 @pytest.mark.slow
 def test_fsdp2_shards_weights_grads_and_adam_over_the_ranks():
     config = tiny()

@@ -141,6 +141,18 @@ def exchange_elements(shapes: list[tuple[int, int]], world: int) -> list[int]:
     return received
 
 
+def state_elements_less_than_adamw(
+    shapes: list[tuple[int, int]], world: int, row_norm: bool = False
+) -> int:
+    """How many fewer fp32 state elements rank 0 holds under Muon than under AdamW for the
+    matrices of ``shapes``: Muon keeps one moment (momentum) where AdamW keeps two and a step
+    count, NorMuon adds each row's second moment (one element a row); rows sharded as FSDP2
+    shards them (rank 0's share is the largest, ``row_shards``)."""
+    rows_here = [row_shards(rows, world)[0] for rows, _ in shapes]
+    saved = sum(r * cols for r, (_, cols) in zip(rows_here, shapes, strict=True)) + len(shapes)
+    return saved - (sum(rows_here) if row_norm else 0)
+
+
 class MuonAdamW(torch.optim.Optimizer):
     """One optimizer over parameter groups of two kinds: ``muon: True`` (2-D matrices; ``lr``,
     ``weight_decay``, ``momentum``, ``nesterov``) and the others (AdamW: ``lr``, ``betas``,
