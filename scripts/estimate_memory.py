@@ -90,9 +90,9 @@ from torch import nn
 from model.config import ModelConfig
 from model.presets import available_presets
 from scripts.common import markdown, write_csv
-from scripts.estimate_sweep import muon_shapes
 from training.muon import state_elements_less_than_adamw
 from training.optim import OPTIMIZERS, OptimConfig
+from training.parameter_groups import hidden_matrix_shapes
 from training.runtime.parallelize import CHECKPOINTING
 from training.step import train_step
 
@@ -308,7 +308,7 @@ def estimate(
     state, activations, other = by_column(tracker.get_tracker_snapshot("peak"))
     less = 0
     if optimizer in MUON_LIKE:  # the matrices' second moment AdamW held, less NorMuon's rows
-        shapes = muon_shapes(config)
+        shapes = hidden_matrix_shapes(config)
         less = 4 * state_elements_less_than_adamw(shapes, world_size, optimizer == "normuon")
     peak = state + activations + other
     phase = next(phase for phase, so_far in running_peak if so_far == peak)  # where it last rose

@@ -30,6 +30,7 @@ from scripts.common import markdown
 from training.batch_ramp import BatchPlan
 from training.instruments.metrics import PEAK_BF16_FLOPS
 from training.muon import exchange_elements, newton_schulz_flops
+from training.parameter_groups import hidden_matrix_shapes
 from training.sweeps import expand, load_sweep, resolve, with_unread_paths
 
 # ReLU² at paper_1b, one H100, 2026-11-27: scripts.bench.throughput --preset paper_1b --batch 5
@@ -40,19 +41,6 @@ MEASURED_ON = "ReLU² at paper_1b on one H100, 2026-11-27"
 # Slingshot-11 NIC per GH200; the GPUs of one node talk faster (NVLink), so this is an upper
 # bound on a one-node job's exchange time
 GH200_NETWORK_BYTES_S = 25e9
-
-
-def muon_shapes(model_config) -> list[tuple[int, int]]:
-    """The shapes of the matrices Muon trains (``training.parameter_groups.is_hidden_matrix``),
-    in the model's order."""
-    import torch
-
-    from model import Llama
-    from training.parameter_groups import is_hidden_matrix
-
-    with torch.device("meta"):
-        model = Llama(model_config)
-    return [tuple(p.shape) for name, p in model.named_parameters() if is_hidden_matrix(name, p)]
 
 
 def job_cost(overrides: list[str], ranks: int = 1) -> dict:
@@ -75,7 +63,7 @@ def job_cost(overrides: list[str], ranks: int = 1) -> dict:
         "muon_elements_per_step": 0,
     }
     if config.optim.matrix_rate is not None:  # Muon: orthogonalized matrices, exchanged
-        shapes = muon_shapes(model)
+        shapes = hidden_matrix_shapes(model)
         cost["muon_flops_per_step"] = sum(newton_schulz_flops(*shape) for shape in shapes)
         cost["muon_elements_per_step"] = max(exchange_elements(shapes, ranks))
     return cost

@@ -118,6 +118,9 @@ def instruments() -> list[str]:
         "spikes.max_bad_steps": 3,
         "parallel.collective_timeout_s": 600,
         "trainer.seed": 1,
+        # a 2-core CPU's peak, about 2 cores x 3 GHz x 32 fp32 FLOPs a cycle (AVX2 FMA): no
+        # table knows a CPU's, and the tier's runs log the MFU a GPU's would
+        "logging.peak_flops": 2e11,
     }
     return [f"{key}={value}" for key, value in values.items()]
 

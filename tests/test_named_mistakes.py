@@ -291,12 +291,17 @@ def test_the_sweeps_help_names_every_shipped_sweep(capsys):
 
 
 def test_the_optimizer_report_on_runs_it_cannot_read_says_why(tmp_path, capsys):
-    """Runs with no selection run at the base width printed empty tables, exit 0."""
+    """Runs with no selection run at the base width printed empty tables, exit 0 (runs at two
+    rates each: a second stage's one rate would be read, ``test_optimizer_report.py``)."""
     from test_width_report import fake_run
 
     from scripts.study import optimizer_report
 
-    runs = [fake_run(tmp_path, a, "mup", 128, 3e-3, 1, 2.0) for a in ("relu2", "xielu")]
+    runs = [
+        fake_run(tmp_path, a, "mup", 128, lr, 1, 2.0)
+        for a in ("relu2", "xielu")
+        for lr in (3e-3, 6e-3)
+    ]
     with pytest.raises(SystemExit, match=r"--base 64.*--selection-seed 0.*widths 128.*seeds 1"):
         optimizer_report.main([str(r) for r in runs])
     assert "## Rates" not in capsys.readouterr().out

@@ -16,6 +16,16 @@ def is_hidden_matrix(name: str, param: torch.Tensor) -> bool:
     return param.ndim >= 2 and "embed_tokens" not in name and not name.startswith("lm_head")
 
 
+def hidden_matrix_shapes(model_config) -> list[tuple[int, int]]:
+    """The shapes of a model's hidden matrices (:func:`is_hidden_matrix`: those Muon trains),
+    in the model's order, from a model built on the meta device (no memory)."""
+    from model import Llama
+
+    with torch.device("meta"):
+        model = Llama(model_config)
+    return [tuple(p.shape) for name, p in model.named_parameters() if is_hidden_matrix(name, p)]
+
+
 def parameter_groups(model: nn.Module, config: Any) -> list[dict]:
     """Decayed parameters (matrices, and whatever the config opts in), not decayed ones, and,
     when the model has any, the activation scalars in a group of their own; under µP
