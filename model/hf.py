@@ -248,8 +248,8 @@ def export_hf(
 def _config_from_hf(hf: dict) -> ModelConfig:
     """Rebuild a ModelConfig from a transformers config.json written by someone else.
 
-    Activation options that only the weights hold are left at their defaults here; import_hf
-    reads them from the weights (``_options_in_state``).
+    Activation options that only the weights hold are left at their defaults here;
+    checkpoint_config reads them from the weights (``_options_in_state``).
     """
     model_type = hf.get("model_type")
     if model_type not in _ARCHITECTURES:
@@ -314,15 +314,16 @@ def _shortest_float(value: torch.Tensor) -> float:
     return float(value)
 
 
-# The model settings a checkpoint's weights fix: a run that starts from the weights takes these
-# from the checkpoint (``checkpoint_config``); the rest (attention kernel, initialisation, loss
-# chunking, the vocabulary's padding rule) is how this project trains or builds, not what the
-# weights are.
+# The model settings a checkpoint's weights fix, or that say what the weights compute: a run
+# that starts from the weights takes these from the checkpoint (``checkpoint_config``); the rest
+# (attention kernel, initialisation, loss chunking, the vocabulary's padding rule, how long the
+# RoPE tables are: ``max_seq_len``, the checkpoint's only by default) is how this project trains
+# or builds, not what the weights are.
 CHECKPOINT_KEYS = (
     "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "gated_hidden", "mlp_hidden",
     "activation", "activation_kwargs", "rope_theta", "rope_scaling_factor", "rope_scaling",
     "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_seq_len", "norm_eps",
-    "tie_embeddings", "qk_norm", "max_seq_len", "parametrization", "mup_base_dim",
+    "tie_embeddings", "qk_norm", "parametrization", "mup_base_dim",
 )  # fmt: skip
 
 
@@ -334,6 +335,16 @@ def _hf_config(path: Path) -> dict:
 
 
 def _weight_files(path: Path) -> list[Path]:
+    """The checkpoint's safetensors files: those its index names when it has one (a sharded
+    checkpoint's ``model.safetensors.index.json``; other files beside it, a stale sharding or a
+    consolidated copy, are not read), else every ``*.safetensors``."""
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        missing = [n for n in names if not (path / n).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{index.name} in {path} names files it lacks: {missing}")
+        return [path / n for n in names]
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors weights in {path}")
@@ -341,16 +352,21 @@ def _weight_files(path: Path) -> list[Path]:
 
 
 def _weights(path: Path, model_type: str, wanted: set[str] | None = None):
-    """``(our key, tensor)`` for each tensor of the checkpoint (or only ``wanted``), one at a
-    time: a rank loading an 8B checkpoint never holds a second copy of it."""
+    """``(our key, the file's key, tensor)`` for each tensor of the checkpoint (or only
+    ``wanted``), one at a time: a rank loading an 8B checkpoint never holds a second copy of it.
+    A tensor stored twice (two files name it) is refused: which copy is meant is unknowable."""
     from safetensors import safe_open
 
+    seen: dict[str, str] = {}
     for file in _weight_files(path):
         with safe_open(str(file), framework="pt") as handle:
             for key in handle.keys():  # noqa: SIM118 (a safetensors handle is not a dict)
+                if key in seen:
+                    raise ValueError(f"{key} is stored in both {seen[key]} and {file.name}")
+                seen[key] = file.name
                 ours = _our_key(key, model_type)
                 if wanted is None or ours in wanted:
-                    yield ours, handle.get_tensor(key)
+                    yield ours, key, handle.get_tensor(key)
 
 
 def checkpoint_config(path: str | Path) -> ModelConfig:
@@ -366,9 +382,8 @@ def checkpoint_config(path: str | Path) -> ModelConfig:
     config = _config_from_hf(hf)
     wanted = {f"layers.0.mlp.act_fn.{name}" for h in activation_spec(config.activation).hf
               for name in h.state_options}  # fmt: skip
-    stored = _options_in_state(
-        config.activation, hf["hidden_act"], dict(_weights(path, hf["model_type"], wanted))
-    )
+    state = {ours: tensor for ours, _, tensor in _weights(path, hf["model_type"], wanted)}
+    stored = _options_in_state(config.activation, hf["hidden_act"], state)
     return replace(config, activation_kwargs={**config.activation_kwargs, **stored})
 
 
@@ -376,25 +391,27 @@ def load_hf_weights(model: Llama, path: str | Path) -> None:
     """Copy a checkpoint's weights into ``model``, built with ``checkpoint_config(path)``'s
     architecture, one tensor at a time, into the model's own dtype and device. Every tensor of
     the model must come from the checkpoint and every tensor of the checkpoint must have a
-    place in the model, with the same shape: ValueError naming the first that does not."""
+    place in the model, with the same shape: ValueError naming the file's tensor that does not
+    (or the model's, up to five, that no file holds)."""
     path = Path(path)
     model_type = _hf_config(path)["model_type"]
     config = model.config
     targets = model.state_dict()
     loaded = set()
     with torch.no_grad():
-        for key, tensor in _weights(path, model_type):
+        for key, stored, tensor in _weights(path, model_type):
             if key not in targets:
-                raise ValueError(f"{path}: tensor {key!r} has no place in the model")
+                raise ValueError(f"tensor {stored!r} has no place in the model")
+            if tuple(tensor.shape) != tuple(targets[key].shape):
+                raise ValueError(
+                    f"tensor {stored!r} has shape {tuple(tensor.shape)}, the model's "
+                    f"{tuple(targets[key].shape)}"
+                )
             if key == "lm_head.weight":
                 if config.tie_embeddings:  # the embedding (a µP export's head is scaled)
                     continue
-                tensor = tensor * config.width_multiplier  # µP: the export folded it in
-            if tuple(tensor.shape) != tuple(targets[key].shape):
-                raise ValueError(
-                    f"{path}: tensor {key!r} has shape {tuple(tensor.shape)}, the model's "
-                    f"{tuple(targets[key].shape)}"
-                )
+                if config.width_multiplier != 1:  # µP: the export folded it in
+                    tensor = tensor.to(targets[key].dtype) * config.width_multiplier
             targets[key].copy_(tensor)
             loaded.add(key)
     if config.tie_embeddings and "embed_tokens.weight" in loaded:

@@ -13,22 +13,15 @@ from omegaconf import OmegaConf
 from model.config import ModelConfig
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "model"
-# not a model of its own: every key is a checkpoint's (training/initial_weights.py); in Python
-# that model is ``model.hf.checkpoint_config(path)``
-FROM_CHECKPOINT = "from_checkpoint"
 
 
 def available_presets() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml") if p.stem != FROM_CHECKPOINT)
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
 def load_preset(name: str, **overrides) -> ModelConfig:
     """``configs/model/<name>.yaml`` as a ModelConfig, with keyword overrides applied."""
     path = PRESET_DIR / f"{name}.yaml"
-    if name == FROM_CHECKPOINT:
-        raise ValueError(
-            f"model={name} is a checkpoint's architecture: model.hf.checkpoint_config(path)"
-        )
     if not path.is_file():
         raise ValueError(
             f"model preset {name!r} not found in {PRESET_DIR}; choose one of: "

@@ -50,8 +50,10 @@ What differs from a GPU, and how it is handled:
   (``training.muon.state_elements_less_than_adamw``, checked against a real step's state in
   ``tests/test_estimate_memory.py``). Not counted: the exchange's buffers in the optimizer
   phase (under FSDP2 a rank holds its shards of every matrix and the whole of those it owns,
-  about 3 P / W fp32 elements for P Muon elements over W ranks), nor Newton-Schulz's
-  temporaries for one matrix.
+  about 3 P / W fp32 elements for P Muon elements over W ranks), Newton-Schulz's
+  temporaries for one matrix, Nesterov's copy of the matrices' gradients (P / W) and the
+  AdamW part's foreach temporaries (the embedding's and the head's size): an optimizer phase
+  that rises to the peak under Muon does so by these.
 - Allocator. The tracker counts bytes as requested (CUDA's allocator rounds to 512 B: a few MB
   over a few thousand tensors) and cannot see fragmentation: the headroom covers both.
 - Compile. Eager only: ``torch.compile`` of each block (the trainer's ``compile: blocks``)

@@ -137,7 +137,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", help="the workspace's name (default: GROUP: activations ...)")
     parser.add_argument("--dry-run", action="store_true", help="build and print, save nothing")
     args = parser.parse_args(argv)
-    workspace = build_workspace(args.entity, args.project, args.group, args.name)
+    entity = args.entity
+    if entity is None and not args.dry_run:  # the logged-in user's default team or user
+        import wandb
+
+        entity = wandb.Api().default_entity
+    workspace = build_workspace(entity, args.project, args.group, args.name)
     workspace._to_model()  # what saving would send: a panel the library refuses fails here
     print(describe(args.group))
     if not args.dry_run:

@@ -53,7 +53,7 @@ def selected_groups(experiment: dict) -> dict[str, str]:
             continue
         ((key, option),) = entry.items()
         group = key.removeprefix("override ").strip("/")
-        if group in GROUP_PACKAGES:  # activation's options are no files (register_configs)
+        if (CONFIGS / group / f"{option}.yaml").is_file():  # not register_configs' options
             chosen[group] = option
     return chosen
 

@@ -224,3 +224,30 @@ def test_the_documented_apertus_command_composes_and_a_llama_under_apertus_recip
     assert config.parallel.strategy == "fsdp" and config.data.tokenizer.name == "hf"
     with pytest.raises(ConfigError, match=r"model\.qk_norm=True \(the checkpoint's: False\)"):
         compose([*command, f"checkpoint.initial_hf={llama_checkpoint()}"])
+
+
+def test_a_sharded_checkpoint_reads_the_files_its_index_names_and_no_tensor_twice(tmp_path):
+    from model.hf import import_hf
+
+    sharded = tmp_path / "sharded"
+    hf = transformers.AutoModelForCausalLM.from_pretrained(llama_checkpoint())
+    hf.save_pretrained(sharded, max_shard_size="20KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    whole = import_hf(llama_checkpoint()).state_dict()
+    # a file the index does not name (a stale sharding) is not read
+    shutil.copy(llama_checkpoint() / "model.safetensors", sharded / "model-stale.safetensors")
+    read = import_hf(sharded).state_dict()
+    assert read.keys() == whole.keys() and all(torch.equal(read[k], whole[k]) for k in whole)
+    (sharded / "model.safetensors.index.json").unlink()  # without it every file is read
+    with pytest.raises(ValueError, match="is stored in both"):
+        import_hf(sharded)
+
+
+def test_settings_that_build_the_checkpoints_model_or_only_lengthen_its_context_are_taken(
+    corpus, tmp_path
+):
+    """``n_kv_heads`` written out as ``n_heads`` is the checkpoint's None; the RoPE tables'
+    length is the run's to choose (a longer context than the checkpoint's)."""
+    overrides = start_overrides(corpus, tmp_path / "run", own_export(), "bytes")
+    config, _ = compose([*overrides, "model.n_kv_heads=2", "model.max_seq_len=256"])
+    assert config.model.kv_heads == 2 and config.model.max_seq_len == 256

@@ -51,3 +51,26 @@ def test_each_gaps_interval_is_the_one_its_per_seed_gaps_give(path):
         expected = (mean, mean - half, mean + half)
         shipped = tuple(float(row[k]) for k in ("diff", "diff_low", "diff_high"))
         assert shipped == pytest.approx(expected, abs=2e-4), row
+
+
+# a study's per-run table -> the report that reads it back into the page shipped beside it
+REPORTS = {"docs/optimizers/optimizers_runs.csv": "scripts.study.optimizer_report"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table", sorted(REPORTS))
+def test_a_studys_page_is_what_its_report_makes_of_its_per_run_table(table, tmp_path):
+    import importlib
+
+    report = importlib.import_module(REPORTS[table])
+    shipped = ROOT / table
+    page = shipped.with_name(shipped.name.removesuffix("_runs.csv") + ".md")
+    out = tmp_path / page.name
+    assert report.main([str(shipped), "--out", str(out)]) == 0
+    assert out.read_text() == page.read_text()
+    assert out.with_name(shipped.name).read_text() == shipped.read_text()
+
+
+def test_every_per_run_table_in_the_docs_is_checked_against_its_report():
+    tables = {str(p.relative_to(ROOT)) for p in DOCS.rglob("*_runs.csv")}
+    assert tables == set(REPORTS)

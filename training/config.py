@@ -222,10 +222,16 @@ def to_experiment(cfg, initial_weights: bool = True) -> ExperimentConfig:
 def register_configs() -> None:
     """Make the schema available to Hydra as ``experiment_schema``, and every registered
     activation as an option of the ``activation`` group (``activation=xiprelu_beta0``), so that
-    adding an activation is one ``xielu.register(...)`` call and no YAML file."""
+    adding an activation is one ``xielu.register(...)`` call and no YAML file; and the options
+    that take both from a published checkpoint (``from_checkpoint``)."""
     from hydra.core.config_store import ConfigStore
 
-    from training.initial_weights import from_checkpoint, register_resolver
+    from training.initial_weights import (
+        FILLED_KEYS,
+        FROM_CHECKPOINT,
+        from_checkpoint,
+        register_resolver,
+    )
     from xielu import available_activations
 
     register_resolver()
@@ -235,17 +241,21 @@ def register_configs() -> None:
     if ("schema", "experiment_schema") not in _STORED:
         store.store(name="experiment_schema", node=ExperimentConfig)
         _STORED.add(("schema", "experiment_schema"))
-    # activation=from_checkpoint: the activation of checkpoint.initial_hf (its options too),
-    # read when the config is built (training/initial_weights.py)
-    options = {
-        name: {"activation": name, "activation_kwargs": {}} for name in available_activations()
-    }
-    options[FROM_CHECKPOINT] = {k: from_checkpoint(k) for k in ("activation", "activation_kwargs")}
-    for name, node in options.items():
-        if ("activation", name) not in _STORED:
-            store.store(group="activation", name=name, node=node, package="model")
-            _STORED.add(("activation", name))
+    # model=from_checkpoint and activation=from_checkpoint: the architecture and activation of
+    # checkpoint.initial_hf, every key saying so, filled when the config is built
+    # (training/initial_weights.py); the activation group comes after the model's
+    activation_keys = ("activation", "activation_kwargs")
+    options = [
+        ("activation", name, {"activation": name, "activation_kwargs": {}})
+        for name in available_activations()
+    ]
+    activation = {k: from_checkpoint(k) for k in activation_keys}
+    model = {k: from_checkpoint(k) for k in FILLED_KEYS if k not in activation_keys}
+    options += [("activation", FROM_CHECKPOINT, activation), ("model", FROM_CHECKPOINT, model)]
+    for group, name, node in options:
+        if (group, name) not in _STORED:
+            store.store(group=group, name=name, node=node, package="model")
+            _STORED.add((group, name))
 
 
-FROM_CHECKPOINT = "from_checkpoint"
 _STORED: set[tuple[str, str]] = set()  # what register_configs has put in Hydra's ConfigStore

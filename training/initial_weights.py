@@ -26,19 +26,24 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from model import Llama
+from model import Llama, ModelConfig
 from model.hf import CHECKPOINT_KEYS, checkpoint_config, load_hf_weights
 from settings import ConfigError
 from training.checkpoint.layout import complete_checkpoints
 
 log = logging.getLogger(__name__)
 
-# the keys whose None means "derive it" (from the tokenizer, from n_heads, from gated_hidden)
+# the keys whose None means "derive it" (from the tokenizer, from n_heads, from gated_hidden),
+# or "not used" (µP's base under the standard parametrization): the checkpoint's value is taken
 DERIVED_WHEN_NONE = ("vocab_size", "n_kv_heads", "mlp_hidden", "mup_base_dim")
+# what model=from_checkpoint fills: the keys the weights fix, and the RoPE tables' length, the
+# checkpoint's by default and the run's to choose (a longer context than it was trained at)
+FILLED_KEYS = (*CHECKPOINT_KEYS, "max_seq_len")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 RESOLVER = "initial_hf"
+FROM_CHECKPOINT = "from_checkpoint"  # the model's and the activation's option that says so
 _UNSET = (
     "model.{key} is to be read from checkpoint.initial_hf, which is not set: "
     "model=from_checkpoint and activation=from_checkpoint take the architecture from a "
@@ -71,30 +76,61 @@ def register_resolver() -> None:
     OmegaConf.register_new_resolver(RESOLVER, resolve, replace=True, use_cache=False)
 
 
+def _checkpoint_or_refuse(path: str):
+    try:
+        return _checkpoint_config(str(path))
+    except (OSError, ValueError, KeyError, TypeError) as error:  # KeyError: a key config.json
+        reason = f"lacks {error}" if isinstance(error, KeyError) else str(error)  # lacks
+        raise ConfigError(
+            f"checkpoint.initial_hf={path}: {reason} (a run resuming from its own checkpoint "
+            "reads its architecture here too: the directory must stay where it was)"
+        ) from None
+
+
+def _compared(key: str, theirs: ModelConfig) -> bool:
+    """Whether a key set on both sides must agree: not where the checkpoint's model does not
+    use it (the gated width beside an explicit MLP width, llama3's numbers without llama3
+    scaling, the scaling's kind at factor 1, µP's base under the standard parametrization)."""
+    if key == "gated_hidden":
+        return theirs.mlp_hidden is None
+    if key in ("rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_seq_len"):
+        return theirs.rope_scaling == "llama3" and theirs.rope_scaling_factor != 1
+    if key == "rope_scaling":
+        return theirs.rope_scaling_factor != 1
+    if key == "mup_base_dim":
+        return theirs.parametrization == "mup"
+    return True
+
+
+def _effective(key: str, value, model: DictConfig):
+    """``n_kv_heads``' None is ``n_heads``: the same model as the number written out."""
+    if key == "n_kv_heads" and value is None:
+        return model.n_heads
+    return OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
+
+
 def take_architecture(cfg: DictConfig) -> None:
     """Fill ``cfg``'s model keys from ``checkpoint.initial_hf`` in place (the composed config,
     before it becomes the dataclasses), or refuse the keys that disagree with it."""
     path = cfg.checkpoint.initial_hf
     raw = OmegaConf.to_container(cfg.model, resolve=False)
-    unset = [key for key in CHECKPOINT_KEYS if raw.get(key) == from_checkpoint(key)]
+    unset = [key for key in FILLED_KEYS if raw.get(key) == from_checkpoint(key)]
     if path is None:
         if unset:
             raise ConfigError(_UNSET.format(key=unset[0]))
         return
-    try:
-        theirs = checkpoint_config(path)
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"checkpoint.initial_hf={path}: {error}") from None
+    theirs = _checkpoint_or_refuse(path)
     conflicts = []
-    for key in CHECKPOINT_KEYS:
+    for key in FILLED_KEYS:
         value = getattr(theirs, key)
         if key in unset or (key in DERIVED_WHEN_NONE and cfg.model[key] is None):
             cfg.model[key] = value
             continue
-        ours = cfg.model[key]
-        ours = OmegaConf.to_container(ours) if isinstance(ours, DictConfig) else ours
-        if ours != value:
-            conflicts.append(f"model.{key}={ours} (the checkpoint's: {value})")
+        if key not in CHECKPOINT_KEYS or not _compared(key, theirs):
+            continue
+        ours, same = _effective(key, cfg.model[key], cfg.model), _effective(key, value, cfg.model)
+        if ours != same:
+            conflicts.append(f"model.{key}={ours} (the checkpoint's: {same})")
     if conflicts:
         raise ConfigError(
             f"checkpoint.initial_hf={path} holds another model than these settings: "
@@ -122,9 +158,9 @@ def check_tokenizer(initial_hf: str | None, tokenizer_path: str | None, vocab: i
         return
     if tokenizer_path is not None and Path(tokenizer_path) == Path(initial_hf):
         return
-    from transformers import AutoTokenizer
+    from data.tokenizers import TOKENIZERS
 
-    theirs = len(AutoTokenizer.from_pretrained(initial_hf))
+    theirs = TOKENIZERS["hf"].load(initial_hf).vocab_size
     if theirs != vocab:
         raise ConfigError(
             f"checkpoint.initial_hf={initial_hf} was trained with its own tokenizer ({theirs} "
@@ -145,7 +181,10 @@ def load_initial_weights(model: Llama, initial_hf: str | None, run_dir: Path, ma
                 initial_hf,
             )
         return False
-    load_hf_weights(model, initial_hf)
+    try:
+        load_hf_weights(model, initial_hf)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"checkpoint.initial_hf={initial_hf}: {error}") from None
     if main:
         log.info("initial weights: %s (fresh optimizer state)", initial_hf)
     return True

@@ -41,6 +41,7 @@ FIXED_SECTIONS = {
 # keys of other sections that a resume may not change either, and why
 FIXED_KEYS = {
     "optim.name": "the optimizer's state is that optimizer's (AdEMAMix keeps a slow moment)",
+    "checkpoint.initial_hf": "the published weights the run started from: another is another run",
 }
 # keys of those sections that a resume may change all the same, and why
 MAY_CHANGE = {
