@@ -151,10 +151,14 @@ def tables(report: dict[str, dict], baseline: str) -> list[str]:
             cells = []
             for o in optimizers:
                 t = trends[o].get(a)
-                cells.append("-" if t is None else f"{t.slope:+.4f} [{t.low:+.4f}, {t.high:+.4f}]")
+                if t is None:
+                    cells.append("-")
+                    continue
+                star = "**" if t.high < 0 or t.low > 0 else ""  # the interval excludes 0
+                cells.append(f"{star}{t.slope:+.4f}{star} [{t.low:+.4f}, {t.high:+.4f}]")
             if any(c != "-" for c in cells):
                 body.append([a, *cells])
-        lines += ["", "## Change of the gap per doubling of width [95% CI]"]
+        lines += ["", "## Change of the gap per doubling of width [95% CI] (bold: excludes 0)"]
         lines += markdown(["activation", *names], body)
 
     lines += ["", "## Does the sign of the gap hold across optimizers?"]
