@@ -66,8 +66,12 @@ OPTIMIZER_KEYS = {
 # each job's wandb run: grouped by its sweep, tagged with the values researchers filter on
 WANDB_GROUP = "logging.wandb.group"
 WANDB_TAGS = "logging.wandb.tags"
-TAGGED = {"activation": "model.activation", "optim": "optim.name", "dim": "model.dim"}
-TAGGED["seed"] = "trainer.seed"
+TAGGED = {
+    "activation": "model.activation",
+    "optim": "optim.name",
+    "dim": "model.dim",
+    "seed": "trainer.seed",
+}
 
 
 def wandb_overrides(sweep: dict, grid: dict, extra: list[str] = ()) -> list[str]:
