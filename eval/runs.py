@@ -49,6 +49,7 @@ class Run:
     width: int
     optimizer: str  # optim.name
     rate: float  # the one its optimizer's rate sweeps vary: OptimConfig.tuned_rate
+    lr: float  # optim.lr: ``rate`` under AdamW, the rest's (embeddings, norms) under Muon
     seed: int
     params: int  # without the embedding and LM head: the count scaling laws use
     tokens_per_step: int
@@ -81,6 +82,7 @@ def read_run(path: str | Path) -> Run:
         width=model.dim,
         optimizer=config.optim.name,
         rate=config_value(config, config.optim.tuned_rate),
+        lr=config.optim.lr,
         seed=config.trainer.seed,
         params=count.total - count.embedding - count.lm_head,
         tokens_per_step=config.sequences_per_step * config.data.seq_len,
@@ -110,6 +112,7 @@ RUN_COLUMNS = (
     "width",
     "optimizer",
     "rate",
+    "lr",
     "seed",
     "params",
     "tokens_per_step",
@@ -162,6 +165,7 @@ def read_runs_csv(path: Path) -> list[Run]:
                     width=int(row["width"]),
                     optimizer=row["optimizer"],
                     rate=float(row["rate"]),
+                    lr=float(row["lr"]),
                     seed=int(row["seed"]),
                     params=int(row["params"]),
                     tokens_per_step=int(row["tokens_per_step"]),

@@ -84,6 +84,10 @@ def test_each_optimizer_is_read_at_its_own_rate_and_the_gaps_are_paired_by_seed(
         "muon": 0.04,
     }
     assert report["muon"]["setting"] == "optim.muon.lr"
+    assert report["muon"]["lrs"]["xielu"] == 3e-3 and report["adamw"]["lrs"] == {}
+    assert "| xielu | 0.006 | 0.0015 | 0.04 (optim.lr 0.003) |" in optimizer_report.tables(
+        report, "relu2"
+    )
     assert report["adamw"]["setting"] == "optim.lr"
     for (optimizer, activation, width), diffs in GAPS.items():
         (row,) = [
@@ -161,3 +165,22 @@ def test_a_second_stage_read_alone_takes_the_one_rate_each_pair_trained_at(tmp_p
         for row in full[optimizer]["rows"]:
             if row["activation"] != "xielu":
                 assert rows[row["activation"], row["width"]] == row
+
+
+def test_muon_runs_at_one_rate_with_two_adamw_rates_are_refused(tmp_path):
+    """Two stages at one Muon rate but two AdamW-part rates are not one arm's seeds."""
+    runs = [
+        fake_run(
+            tmp_path,
+            "xielu",
+            "mup",
+            64,
+            lr,
+            seed,
+            2.0,
+            optim={"name": "muon", "muon": {"lr": 0.04}},
+        )
+        for lr, seed in ((3e-3, 1), (6e-3, 2))
+    ]
+    with pytest.raises(SystemExit, match=r"optim\.lr 0\.003, 0\.006: pass the runs of one pair"):
+        optimizer_report.by_optimizer([read_run(r) for r in runs], 64, 0, "relu2")

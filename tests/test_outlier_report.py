@@ -27,6 +27,7 @@ def run(activation: str, width: int, seed: int, kurtosis: dict[int, list[float]]
         width=width,
         optimizer="adamw",
         rate=0.006,
+        lr=0.006,
         seed=seed,
         params=1,
         tokens_per_step=1,

@@ -54,7 +54,10 @@ def test_each_gaps_interval_is_the_one_its_per_seed_gaps_give(path):
 
 
 # a study's per-run table -> the report that reads it back into the page shipped beside it
-REPORTS = {"docs/optimizers/optimizers_runs.csv": "scripts.study.optimizer_report"}
+REPORTS = {
+    "docs/optimizers/optimizers_runs.csv": "scripts.study.optimizer_report",
+    "docs/optimizers/normuon_rates_runs.csv": "scripts.study.rate_grid",
+}
 
 
 @pytest.mark.slow

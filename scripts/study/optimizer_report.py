@@ -43,12 +43,30 @@ def by_optimizer(runs: list[Run], base: int, selection_seed: int, baseline: str)
             trained = {r.rate for r in group if r.activation == activation}
             if len(trained) == 1:  # no selection run here: the one rate the sweep trained at
                 rates[activation] = trained.pop()
+        setting = rate_setting(group)
         out[optimizer] = {
-            "setting": rate_setting(group),
+            "setting": setting,
             "rates": rates,
+            "lrs": {} if setting == "optim.lr" else _rest_rates(group, rates),
             "rows": ladder_rows(group, rates, selection_seed, baseline),
         }
     return out
+
+
+def _rest_rates(runs: list[Run], rates: dict[str, float]) -> dict[str, float]:
+    """activation -> the ``optim.lr`` of its runs at its chosen rate, under an optimizer whose
+    rate is another setting (Muon's AdamW part). Runs at that rate with two are refused: their
+    seeds would be paired as one arm's."""
+    lrs = {}
+    for activation, rate in rates.items():
+        trained = sorted({r.lr for r in runs if r.activation == activation and r.rate == rate})
+        if len(trained) > 1:
+            raise SystemExit(
+                f"{activation}'s runs at {runs[0].optimizer} rate {rate:g} have optim.lr "
+                f"{', '.join(f'{lr:g}' for lr in trained)}: pass the runs of one pair"
+            )
+        lrs[activation] = trained[0]
+    return lrs
 
 
 def why_empty(
@@ -120,10 +138,14 @@ def tables(report: dict[str, dict], baseline: str) -> list[str]:
     optimizers = list(report)
     names = [NAMES.get(o, o) for o in optimizers]
     activations = sorted({a for part in report.values() for a in part["rates"]})
-    rates = [
-        [a, *(f"{report[o]['rates'].get(a, float('nan')):g}" for o in optimizers)]
-        for a in activations
-    ]
+
+    def rate(optimizer: str, activation: str) -> str:
+        part = report[optimizer]
+        text = f"{part['rates'].get(activation, float('nan')):g}"
+        lr = part["lrs"].get(activation)
+        return text if lr is None else f"{text} (optim.lr {lr:g})"
+
+    rates = [[a, *(rate(o, a) for o in optimizers)] for a in activations]
     settings = [f"{n} ({report[o]['setting']})" for n, o in zip(names, optimizers, strict=True)]
     lines = [
         "## Rates (the selection seed, the base width)",
