@@ -3,9 +3,10 @@
 ``metrics.jsonl`` and ``config.yaml`` are what a run directory keeps for good; every report
 (``scripts.study.study_report``, ``scripts.study.width_report``, ``scripts.results_table``) and
 the choice of a ladder's rates (``eval.tuning``) read runs through this module, so they agree on
-what the final loss, a diverged run and a run's arm are. A study's per-run table (``runs.csv``:
-:func:`write_runs_csv`, written by each report beside its tables) holds every number the
-reports read, so a report runs on it as on the run directories, and a reader can recompute it.
+what the final loss, a diverged run and a run's arm are. A study's per-run table
+(``<page>_runs.csv``: :func:`write_runs_csv`, written by each report beside its page) holds every
+number the reports read, so a report runs on it as on the run directories, and a reader can
+recompute it.
 """
 
 from __future__ import annotations
@@ -132,9 +133,9 @@ def run_row(run: Run) -> dict:
 
 
 def write_runs_csv(runs: list[Run], path: Path) -> None:
-    """The study's per-run table (``runs.csv`` beside its report): one row per run, sorted,
-    so that a reader can recompute every table of the report from it, and the report can be
-    run on it (:func:`read_runs` takes the file in place of the run directories)."""
+    """The study's per-run table (``<page>_runs.csv`` beside its report's page): one row per
+    run, sorted, so that a reader can recompute every table of the report from it, and the
+    report can be run on it (:func:`read_runs` takes the file in place of the run directories)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = sorted((run_row(r) for r in runs), key=lambda row: row["run"])
     with path.open("w", newline="") as f:
@@ -180,8 +181,8 @@ def read_runs_csv(path: Path) -> list[Run]:
 
 def read_runs(paths) -> list[Run]:
     """The runs among ``paths`` that have written metrics (a run not yet started is skipped),
-    and the rows of any per-run table (``runs.csv``) among them; a report's arguments with none
-    are refused."""
+    and the rows of any per-run table (a ``.csv`` :func:`write_runs_csv` wrote) among them; a
+    report's arguments with none are refused."""
     runs = []
     for p in map(Path, paths):
         if p.suffix == ".csv" and p.is_file():
@@ -189,7 +190,9 @@ def read_runs(paths) -> list[Run]:
         elif (p / "metrics.jsonl").is_file():
             runs.append(read_run(p))
     if not runs:
-        raise SystemExit("no run directory with metrics.jsonl, nor a runs.csv, among the arguments")
+        raise SystemExit(
+            "no run directory with metrics.jsonl, nor a per-run .csv, among the arguments"
+        )
     return runs
 
 
@@ -204,6 +207,22 @@ def best_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[tupl
             loss = r.final if r.final is not None and not r.diverged else float("inf")
             candidates.setdefault((r.activation, r.optimizer), []).append((loss, r.rate))
     return {arm: min(points)[1] for arm, points in candidates.items()}
+
+
+def chosen_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[str, float]:
+    """activation -> the rate a report reads its runs at, among runs of one optimizer: the best
+    on the selection seed at the base width (:func:`best_rates`), or, where the runs hold no
+    such run of it, the one rate they train it at (a second stage read on its own, or its
+    per-run table). An activation trained at several rates with no selection run has none:
+    which of them is its tuned one is not guessed."""
+    rates = {
+        activation: rate for (activation, _), rate in best_rates(runs, base, selection_seed).items()
+    }
+    for activation in {r.activation for r in runs} - set(rates):
+        trained = {r.rate for r in runs if r.activation == activation}
+        if len(trained) == 1:
+            rates[activation] = trained.pop()
+    return rates
 
 
 def rate_setting(runs: list[Run]) -> str:

@@ -109,13 +109,13 @@ def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path
     assert xielu_trend.n == 3 * 3  # widths x seeds
     assert "no trend resolved" in (out / "width.md").read_text()
     # the per-run table: one row per finished run with its loss; the report reads it back
-    table = list(csv.DictReader((out / "runs.csv").open()))
+    table = list(csv.DictReader((out / "width_runs.csv").open()))
     assert len(table) == len(runs)
     row = next(r for r in table if r["run"] == runs[1].name)  # xielu at 32, seed 0
     assert (row["activation"], int(row["width"]), int(row["seed"])) == ("xielu", 32, 0)
     assert float(row["final"]) == pytest.approx(9.0)
     again = tmp_path / "again"
-    assert width_report.main([str(out / "runs.csv"), "--out", str(again)]) == 0
+    assert width_report.main([str(out / "width_runs.csv"), "--out", str(again)]) == 0
     assert (again / "width.md").read_text() == (out / "width.md").read_text()
     # the baseline at another rate: its runs at 8e-3 are xielu's, relu2 has none there
     other = tmp_path / "other"
@@ -135,7 +135,8 @@ def test_the_ladders_gaps_are_paired_by_seed_and_the_fit_is_a_power_law(tmp_path
 
 @pytest.mark.slow
 def test_a_fixed_rate_stage_is_reported_at_the_rates_given(tmp_path):
-    """No seed-0 sweep (the Apertus ingredients): the ladder at the rates named, paired by seed."""
+    """No seed-0 sweep (the Apertus ingredients): the ladder at the rates named, or at the one
+    rate each activation trained at, paired by seed."""
     runs = [
         fake_run(
             tmp_path, activation, "mup", 64, lr, seed, base + (0.05 if activation == "xielu" else 0)
@@ -149,6 +150,13 @@ def test_a_fixed_rate_stage_is_reported_at_the_rates_given(tmp_path):
     rows = {r["activation"]: r for r in csv.DictReader((out / "ladder.csv").open())}
     assert float(rows["xielu"]["diff"]) == pytest.approx(0.05) and rows["xielu"]["seeds"] == "3"
     assert not (out / "learning_rates.png").exists()
+    # without --rates: each activation trained at one rate is read at it
+    assert width_report.main([*map(str, runs), "--out", str(tmp_path / "own")]) == 0
+    assert (tmp_path / "own" / "ladder.csv").read_text() == (out / "ladder.csv").read_text()
+    # a second rate of xielu and no selection run: which is its tuned one is not guessed
+    runs.append(fake_run(tmp_path, "xielu", "mup", 64, 1.2e-2, 1, 2.0))
+    assert width_report.main([*map(str, runs), "--out", str(tmp_path / "two")]) == 0
+    assert "xielu" not in (tmp_path / "two" / "ladder.csv").read_text()
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ The runs of each optimizer (``optim.name``) are read as ``scripts.study.width_re
 (``optim.lr``, or ``optim.muon.lr`` under Muon: ``OptimConfig.tuned_rate``), the other seeds at
 that rate, the gap to the baseline paired by seed with Student's 95% interval. Where the runs
 hold no selection-seed run of a pair but train it at one rate (a second stage read on its own,
-or its ``runs.csv``), that rate is the pair's. The tables put the
+or its ``_runs.csv``), that rate is the pair's. The tables put the
 optimizers side by side (the rates, the gap at each width, its trend with width), and the last
 says for each activation whether the sign holds: by ``eval.comparison``'s one rule, only where
 every cell (an optimizer at a width) is resolved the same way, ahead or behind; each cell that is
@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from eval.comparison import resolved, sign_holds
-from eval.runs import Run, best_rates, rate_setting, read_runs, write_runs_csv
+from eval.runs import Run, chosen_rates, rate_setting, read_runs, write_runs_csv
 from scripts.common import markdown
 from scripts.study.width_report import gap_trends, ladder_rows
 
@@ -37,12 +37,7 @@ def by_optimizer(runs: list[Run], base: int, selection_seed: int, baseline: str)
         groups[r.optimizer].append(r)
     out = {}
     for optimizer, group in sorted(groups.items()):
-        best = best_rates(group, base, selection_seed)
-        rates = {activation: rate for (activation, _), rate in best.items()}
-        for activation in {r.activation for r in group} - set(rates):
-            trained = {r.rate for r in group if r.activation == activation}
-            if len(trained) == 1:  # no selection run here: the one rate the sweep trained at
-                rates[activation] = trained.pop()
+        rates = chosen_rates(group, base, selection_seed)
         setting = rate_setting(group)
         out[optimizer] = {
             "setting": setting,
@@ -195,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "runs", nargs="+", help="run directories of one or more optimizers, or a runs.csv it wrote"
+        "runs",
+        nargs="+",
+        help="run directories of one or more optimizers, or the _runs.csv it wrote",
     )
     parser.add_argument("--base", type=int, default=64, help="µP's base width (model.mup_base_dim)")
     parser.add_argument("--baseline", default="relu2")

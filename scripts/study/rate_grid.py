@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("runs", nargs="+", help="run directories of one optimizer, or a runs.csv")
+    parser.add_argument(
+        "runs", nargs="+", help="run directories of one optimizer, or the _runs.csv it wrote"
+    )
     parser.add_argument("--selection-seed", type=int, default=0)
     parser.add_argument(
         "--out", type=Path, help="write the tables here, and the runs to <name>_runs.csv beside it"

@@ -312,10 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("runs", nargs="+", help="run directories, or a runs.csv it wrote")
+    parser.add_argument("runs", nargs="+", help="run directories, or the study_runs.csv it wrote")
     parser.add_argument("--baseline", default="relu2", help="activation the others are paired with")
     parser.add_argument("--selection-seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="directory for study.md, study.csv and figures")
+    parser.add_argument(
+        "--out", type=Path, help="directory for study.md, study.csv, study_runs.csv and figures"
+    )
     parser.add_argument("--seeds-sweep", type=Path, help="write the second stage's sweep file here")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--experiment", default="study", help="the experiment the sweep file names")
@@ -334,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "study.md").write_text("\n".join(lines) + "\n")
         write_csv(rows, args.out / "study.csv")
-        write_runs_csv(runs, args.out / "runs.csv")
+        write_runs_csv(runs, args.out / "study_runs.csv")
         best = best_rates(runs, args.selection_seed)
         plot_rates(runs, args.selection_seed, args.out / "learning_rates.png", setting)
         curves = not any(str(p).endswith(".csv") for p in args.runs)  # a table has no curves

@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from eval.comparison import Trend, paired_difference, power_law_fit, spread, trend, verdict
-from eval.runs import Run, best_rates, rate_setting, read_runs, write_runs_csv
+from eval.runs import Run, chosen_rates, rate_setting, read_runs, write_runs_csv
 from scripts.common import markdown, write_csv
 from scripts.figures import pyplot, save
 
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("runs", nargs="+", help="run directories, or a runs.csv it wrote")
+    parser.add_argument("runs", nargs="+", help="run directories, or the width_runs.csv it wrote")
     parser.add_argument("--base", type=int, default=64, help="µP's base width (model.mup_base_dim)")
     parser.add_argument("--baseline", default="relu2")
     parser.add_argument(
@@ -326,8 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         "--rates",
         nargs="+",
         metavar="ACTIVATION=LR",
-        help="the rates a fixed-rate stage gave each activation (e.g. the Apertus ingredients: "
-        "relu2=0.003 swiglu=0.006 ...), instead of the best on the selection seed",
+        help="the rates to read each activation at (relu2=0.003 swiglu=0.006 ...), instead of "
+        "the best on the selection seed or, with no selection run, the one rate it trained at",
     )
     parser.add_argument("--selection-seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="directory for width.md, CSVs and figures")
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = read_runs(args.runs)
     rows = rate_rows(runs, args.selection_seed, args.base)
     setting = rate_setting(runs)
-    rates = {a: rate for (a, _), rate in best_rates(runs, args.base, args.selection_seed).items()}
+    rates = chosen_rates(runs, args.base, args.selection_seed)
     if args.rates:
         rates = {name: float(lr) for name, lr in (item.split("=") for item in args.rates)}
     if args.baseline_lr is not None:
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "width.md").write_text("\n".join(lines) + "\n")
-        write_runs_csv(runs, args.out / "runs.csv")
+        write_runs_csv(runs, args.out / "width_runs.csv")
         write_csv(
             [
                 {**r, "losses": " ".join(f"{k:g}:{v:.4f}" for k, v in r["losses"].items())}
