@@ -11,13 +11,16 @@ paired by seed (a seed fixes the data order at every width), each with Student's
 Tails are heavy across seeds too (one seed's worst-layer kurtosis can be ten times another's),
 so everything is computed on the logarithm: geometric means, and growth and width effects as
 ratios (x2.0 [x1.2, x3.4]: twice, the interval from 1.2 to 3.4 times).
-Writes ``outliers.md`` (the tables), ``outliers.csv`` and ``outliers.png`` (the worst layer's
-kurtosis of the activation's output along training, per width, mean and range over seeds).
+Writes ``outliers.md`` (the tables), ``outliers.csv`` (their numbers, logs of the values),
+``outliers_runs.csv`` (each run's worst-layer values, which the report reads in place of the run
+directories) and ``outliers.png`` (the worst layer's kurtosis of the activation's output along
+training, per width, mean and range over seeds; from run directories only).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import statistics
 from collections import defaultdict
@@ -48,37 +51,93 @@ def interval(values: list[float]) -> tuple[float, float]:
     return mean, t * statistics.stdev(values) / math.sqrt(len(values))
 
 
-def rows(runs: list[Run]) -> list[dict]:
-    """One row per (activation, width, tensor, statistic): early, end, growth over seeds."""
-    arms: dict[tuple[str, int], list[Run]] = defaultdict(list)
-    for run in runs:
-        if run.outliers:
-            arms[(run.activation, run.width)].append(run)
+# a run's worst-layer values as one row per reported statistic: what the tables are made of
+RUN_COLUMNS = (
+    "run",
+    "activation",
+    "width",
+    "seed",
+    "tensor",
+    "statistic",
+    "first_step",
+    "last_step",
+    "early",
+    "end",
+)
+
+
+def per_run(runs: list[Run]) -> list[dict]:
+    """Each run's worst-layer value of each reported statistic at its first and last measured
+    step (the rows of ``outliers_runs.csv``), sorted by run."""
     out = []
-    for (activation, width), group in sorted(arms.items()):
+    for run in sorted((r for r in runs if r.outliers), key=lambda r: r.path.name):
+        first, last = min(run.outliers), max(run.outliers)
         for tensor, statistic in REPORTED:
-            early, end = {}, {}  # seed -> log of the worst layer's value
-            for run in group:
-                steps = sorted(run.outliers)
-                early[run.seed] = math.log(worst_layer(run.outliers[steps[0]], tensor, statistic))
-                end[run.seed] = math.log(worst_layer(run.outliers[steps[-1]], tensor, statistic))
-                first, last = steps[0], steps[-1]
-            growth = paired_difference(end, early)
             out.append(
                 {
-                    "activation": activation,
-                    "width": width,
+                    "run": run.path.name,
+                    "activation": run.activation,
+                    "width": run.width,
+                    "seed": run.seed,
                     "tensor": tensor,
                     "statistic": statistic,
-                    "seeds": len(group),
                     "first_step": first,
                     "last_step": last,
-                    "early": interval(list(early.values())),
-                    "end": interval(list(end.values())),
-                    "growth": (growth.mean, growth.low, growth.high),
-                    "end_by_seed": end,
+                    "early": worst_layer(run.outliers[first], tensor, statistic),
+                    "end": worst_layer(run.outliers[last], tensor, statistic),
                 }
             )
+    return out
+
+
+def read_per_run(path: Path) -> list[dict]:
+    """The rows of an ``outliers_runs.csv`` that :func:`per_run` wrote, typed back."""
+    with path.open(newline="") as f:
+        return [
+            {
+                **row,
+                **{k: int(row[k]) for k in ("width", "seed", "first_step", "last_step")},
+                **{k: float(row[k]) for k in ("early", "end")},
+            }
+            for row in csv.DictReader(f)
+        ]
+
+
+def rows(values: list[dict]) -> list[dict]:
+    """One row per (activation, width, tensor, statistic) of the per-run values: early, end and
+    growth over seeds, on the logarithm."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for v in values:
+        groups[(v["activation"], v["width"], v["tensor"], v["statistic"])].append(v)
+    order = {pair: i for i, pair in enumerate(REPORTED)}
+    out = []
+    for key in sorted(groups, key=lambda k: (k[0], k[1], order[(k[2], k[3])])):
+        activation, width, tensor, statistic = key
+        group = groups[key]
+        early = {v["seed"]: math.log(v["early"]) for v in group}
+        end = {v["seed"]: math.log(v["end"]) for v in group}
+        growth = paired_difference(end, early)
+        early_mean, early_half = interval(list(early.values()))
+        end_mean, end_half = interval(list(end.values()))
+        out.append(
+            {
+                "activation": activation,
+                "width": width,
+                "tensor": tensor,
+                "statistic": statistic,
+                "seeds": len(group),
+                "first_step": group[0]["first_step"],
+                "last_step": group[0]["last_step"],
+                "early_log_mean": early_mean,
+                "early_log_half": early_half,
+                "end_log_mean": end_mean,
+                "end_log_half": end_half,
+                "growth_log": growth.mean,
+                "growth_log_low": growth.low,
+                "growth_log_high": growth.high,
+                "end_by_seed": end,
+            }
+        )
     return out
 
 
@@ -128,9 +187,9 @@ def tables(table: list[dict], widths: list[dict]) -> list[str]:
             [
                 r["activation"],
                 str(r["width"]),
-                _pm(r["early"]),
-                _pm(r["end"]),
-                _ci(r["growth"]),
+                _pm((r["early_log_mean"], r["early_log_half"])),
+                _pm((r["end_log_mean"], r["end_log_half"])),
+                _ci((r["growth_log"], r["growth_log_low"], r["growth_log_high"])),
             ]
             for r in table
             if (r["tensor"], r["statistic"]) == (tensor, statistic)
@@ -198,11 +257,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument(
+        "runs", nargs="+", type=Path, help="run directories, or the outliers_runs.csv it wrote"
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/outliers"))
     args = parser.parse_args(argv)
-    runs = read_runs(args.runs)
-    table = rows(runs)
+    tables_given = [p for p in args.runs if p.suffix == ".csv"]
+    directories = [p for p in args.runs if p.suffix != ".csv"]
+    runs = read_runs(directories) if directories else []
+    values = per_run(runs) + [v for p in tables_given for v in read_per_run(p)]
+    table = rows(values)
     if not table:
         raise SystemExit("no run has outlier telemetry: train with logging.outliers_every > 0")
     widths = width_effects(table)
@@ -213,10 +277,17 @@ def main(argv: list[str] | None = None) -> int:
         [{k: v for k, v in r.items() if k != "end_by_seed"} for r in table],
         args.out / "outliers.csv",
     )
+    with (args.out / "outliers_runs.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=RUN_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(
+            sorted(values, key=lambda v: (v["run"], REPORTED.index((v["tensor"], v["statistic"]))))
+        )
     print(text)
-    print(f"figure: {plot(runs, args.out)}")
+    if runs:  # the curves need the run directories' every step
+        print(f"figure: {plot(runs, args.out)}")
     return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
