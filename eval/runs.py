@@ -196,17 +196,23 @@ def read_runs(paths) -> list[Run]:
     return runs
 
 
-def best_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[tuple[str, str], float]:
-    """(activation, optimizer) -> the rate (``Run.rate``) with the lowest final validation loss
-    among ``runs`` under µP at width ``base`` on the selection seed (a diverged run loses to
-    every finished one)."""
-    candidates: dict[tuple[str, str], list[tuple[float, float]]] = {}
+def best_runs(runs: list[Run], base: int, selection_seed: int = 0) -> dict[tuple[str, str], Run]:
+    """(activation, optimizer) -> its run with the lowest final validation loss among ``runs``
+    under µP at width ``base`` on the selection seed (a diverged run loses to every finished
+    one; a tie goes to the lower rate, then the lower ``optim.lr``)."""
+    candidates: dict[tuple[str, str], list[tuple[float, float, float, Run]]] = {}
     for r in runs:
         ended = r.final is not None or r.diverged
         if r.init == "mup" and r.width == base and r.seed == selection_seed and ended:
             loss = r.final if r.final is not None and not r.diverged else float("inf")
-            candidates.setdefault((r.activation, r.optimizer), []).append((loss, r.rate))
-    return {arm: min(points)[1] for arm, points in candidates.items()}
+            point = (loss, r.rate, r.lr, r)
+            candidates.setdefault((r.activation, r.optimizer), []).append(point)
+    return {arm: min(points, key=lambda p: p[:3])[3] for arm, points in candidates.items()}
+
+
+def best_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[tuple[str, str], float]:
+    """(activation, optimizer) -> the rate (``Run.rate``) of its best run (:func:`best_runs`)."""
+    return {arm: run.rate for arm, run in best_runs(runs, base, selection_seed).items()}
 
 
 def chosen_rates(runs: list[Run], base: int, selection_seed: int = 0) -> dict[str, float]:

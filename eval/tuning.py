@@ -10,10 +10,12 @@ seeds). The ladder's sweep file names the first:
 and ``scripts.sweep`` fills in the rate per activation and optimizer from that sweep's finished
 runs before it launches anything (:func:`with_tuned_rates`). The rate is the setting the
 optimizer's rate sweeps vary (``OptimConfig.tuned_rate``): ``optim.lr``, or ``optim.muon.lr``
-under Muon, whose AdamW part keeps the rate its grid sets, in the tuning sweep and the ladder
-alike. A tuning run still missing stops the ladder with the list of what is missing and the
-command that runs it: a rate picked from half a grid would be a silent guess. A diverged tuning
-run counts as the worst rate, not as missing.
+under Muon. Muon's AdamW part (embedding, head, norms, scalars) trains at ``optim.lr``: where
+the tuning sweep varies it too, the ladder takes the best run's pair, both rates, since the
+best Muon rate at one AdamW rate need not be the best at another; where it holds it fixed, the
+ladder keeps the ``optim.lr`` its own grid sets. A tuning run still missing stops the ladder
+with the list of what is missing and the command that runs it: a rate picked from half a grid
+would be a silent guess. A diverged tuning run counts as the worst rate, not as missing.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from eval.runs import Run, best_rates, read_run
+from eval.runs import Run, best_runs, read_run
+from training.optim import OptimConfig
 from training.sweeps import ROOT, expand, load_sweep, resolve
 
 
-def tuned_rates(sweep: dict, extra: list[str] = ()) -> dict[tuple[str, str], float]:
-    """(activation, optimizer) -> rate for a ladder sweep with ``tuned_by``; SystemExit naming
-    the tuning runs that have not finished."""
+def tuned_rates(sweep: dict, extra: list[str] = ()) -> dict[tuple[str, str], dict[str, float]]:
+    """(activation, optimizer) -> {setting: rate} for a ladder sweep with ``tuned_by``: the
+    optimizer's ``tuned_rate``, and ``optim.lr`` beside it where that is another setting the
+    tuning runs vary (Muon's pair); SystemExit naming the tuning runs that have not finished."""
     tune_name = sweep["tuned_by"]
     ladder = [resolve(job) for job in expand(sweep, extra)]
     bases = {c.model.mup_base_dim for c in ladder}
@@ -56,11 +60,18 @@ def tuned_rates(sweep: dict, extra: list[str] = ()) -> dict[tuple[str, str], flo
             f"and {len(missing)} of its runs have not finished:\n  {shown}\n"
             f"run them first: python -m scripts.sweep {tune_name} " + " ".join(extra)
         )
-    rates = best_rates(runs, base)
-    absent = sorted(wanted - set(rates))
+    best = best_runs(runs, base)
+    absent = sorted(wanted - set(best))
     if absent:
         named = ", ".join(f"activation={a} under optim.name={o}" for a, o in absent)
         raise SystemExit(f"the sweep {tune_name!r} tunes no rate for {named}")
+    rates = {}
+    for arm, run in best.items():
+        setting = OptimConfig(name=arm[1]).tuned_rate
+        rates[arm] = {setting: run.rate}
+        rest = {r.lr for r in runs if (r.activation, r.optimizer) == arm}
+        if setting != "optim.lr" and len(rest) > 1:
+            rates[arm]["optim.lr"] = run.lr
     return rates
 
 
@@ -76,11 +87,11 @@ def _finished(run_dir: Path) -> Run | None:
 
 
 def with_tuned_rates(
-    sweep: dict, rates: dict[tuple[str, str], float], extra: list[str] = ()
+    sweep: dict, rates: dict[tuple[str, str], dict[str, float]], extra: list[str] = ()
 ) -> dict:
-    """The sweep with each grid split by activation and the rate of its optimizer
-    (``OptimConfig.tuned_rate``) set to the one tuned for the pair; a grid that fixes its
-    activation in ``overrides`` gets that activation's rate. ``extra``: the settings appended
+    """The sweep with each grid split by activation and the rates tuned for the pair
+    (:func:`tuned_rates`) set; a grid that fixes its activation in ``overrides`` gets that
+    activation's rates. ``extra``: the settings appended
     to every job (``data.paths``), without which a grid's config may not compose."""
     out = copy.deepcopy(sweep)
     out["grids"] = []
@@ -96,11 +107,16 @@ def with_tuned_rates(
                 raise SystemExit(
                     f"no tuned rate for activation={activation} under optim.name={optim.name}"
                 )
-            setting = optim.tuned_rate
+            tuned = rates[(activation, optim.name)]
             split["overrides"] = [
-                *(o for o in overrides if not o.startswith(f"{setting}=")),
+                *(o for o in overrides if o.split("=", 1)[0] not in tuned),
                 f"activation={activation}",
-                f"{setting}={rates[(activation, optim.name)]:g}",
+                *(f"{setting}={value:g}" for setting, value in tuned.items()),
             ]
+            if set(tuned) & set(split["sweep"]):
+                raise SystemExit(
+                    f"the sweep's grid varies {', '.join(sorted(set(tuned) & set(split['sweep'])))}"
+                    " that its tuned_by sweep sets: a tuned ladder takes its rates, not a grid"
+                )
             out["grids"].append(split)
     return out

@@ -73,7 +73,7 @@ def test_the_ladder_trains_each_activation_at_its_base_width_rate(tmp_path, monk
     _tune(tmp_path, monkeypatch)
     ladder = load_sweep("width_ladder")
     rates = tuned_rates.tuned_rates(ladder, SWEEP_DATA)
-    assert rates == {(a, "adamw"): lr for a, lr in BEST.items()}
+    assert rates == {(a, "adamw"): {"optim.lr": lr} for a, lr in BEST.items()}
     jobs = expand(tuned_rates.with_tuned_rates(ladder, rates, SWEEP_DATA), SWEEP_DATA)
     configs = [resolve(job) for job in jobs]
     assert len(configs) == 4 * 4 * 3  # activations x widths x seeds, as the file says
@@ -101,28 +101,42 @@ def test_a_missing_tuning_run_stops_the_ladder_and_says_what_to_run(tmp_path, mo
 @pytest.mark.xdist_group(SWEEP_POINTS)
 def test_a_diverged_tuning_run_is_the_worst_rate_not_a_missing_one(tmp_path, monkeypatch):
     _tune(tmp_path, monkeypatch)  # every 2.4e-2 run diverged
-    assert 2.4e-2 not in tuned_rates.tuned_rates(load_sweep("width_ladder"), SWEEP_DATA).values()
+    rates = tuned_rates.tuned_rates(load_sweep("width_ladder"), SWEEP_DATA)
+    assert 2.4e-2 not in {rate["optim.lr"] for rate in rates.values()}
 
 
-# optimizers_gh200_tune's best rate per (activation, optimizer), all from its grids
+# optimizers_gh200_tune's best rates per (activation, optimizer), all from its grids: under
+# Muon the pair of its own rate and its AdamW part's optim.lr
 BEST_UNDER = {
-    **{(a, "adamw"): lr for a, lr in zip(ACTIVATIONS, (1e-3, 2e-3, 2e-3, 4e-3), strict=True)},
-    **{(a, "ademamix"): lr for a, lr in zip(ACTIVATIONS, (5e-4, 2.5e-4, 1e-3, 5e-4), strict=True)},
-    **{(a, "muon"): lr for a, lr in zip(ACTIVATIONS, (0.04, 0.02, 0.08, 0.01), strict=True)},
+    **{
+        (a, "adamw"): {"optim.lr": lr}
+        for a, lr in zip(ACTIVATIONS, (1e-3, 2e-3, 2e-3, 4e-3), strict=True)
+    },
+    **{
+        (a, "ademamix"): {"optim.lr": lr}
+        for a, lr in zip(ACTIVATIONS, (5e-4, 2.5e-4, 1e-3, 5e-4), strict=True)
+    },
+    **{
+        (a, "muon"): {"optim.muon.lr": muon, "optim.lr": lr}
+        for a, muon, lr in zip(
+            ACTIVATIONS, (0.04, 0.02, 0.08, 0.01), (1e-3, 2e-3, 5e-4, 1e-3), strict=True
+        )
+    },
 }
 
 
-@pytest.mark.slow  # composes the 84 jobs of two sweeps
+@pytest.mark.slow  # composes the 116 jobs of two sweeps
 @pytest.mark.xdist_group(SWEEP_POINTS)
-def test_each_optimizer_takes_its_own_rate_from_its_own_tuning_runs(tmp_path, monkeypatch):
-    """Under Muon the ladder carries ``optim.muon.lr`` and keeps the AdamW part's ``optim.lr``
-    as its grid sets it; under AdamW and AdEMAMix it carries ``optim.lr``."""
+def test_each_optimizer_takes_its_own_rates_from_its_own_tuning_runs(tmp_path, monkeypatch):
+    """Under Muon the ladder carries the best pair, ``optim.muon.lr`` and its AdamW part's
+    ``optim.lr``, which the tuning grid varies together; under AdamW and AdEMAMix ``optim.lr``."""
     monkeypatch.setattr(tuned_rates, "ROOT", tmp_path)
     for job in expand(load_sweep("optimizers_gh200_tune"), SWEEP_DATA):
         config = resolve(job)
         arm = (config.model.activation, config.optim.name)
-        rate = config.optim.muon.lr if arm[1] == "muon" else config.optim.lr
-        loss = 2.0 + abs(math.log2(rate / BEST_UNDER[arm]))
+        # a bowl around the best rates, each axis in factors of 2
+        tried = {"optim.lr": config.optim.lr, "optim.muon.lr": config.optim.muon.lr}
+        loss = 2.0 + sum(abs(math.log2(tried[k] / v)) for k, v in BEST_UNDER[arm].items())
         _write_run(tmp_path / config.trainer.run_dir, config, loss)
     ladder = load_sweep("optimizers_gh200")
     rates = tuned_rates.tuned_rates(ladder, SWEEP_DATA)
@@ -132,11 +146,47 @@ def test_each_optimizer_takes_its_own_rate_from_its_own_tuning_runs(tmp_path, mo
     assert len(configs) == 4 * 3 * 3  # activations x optimizers x seeds
     for c in configs:
         best = BEST_UNDER[(c.model.activation, c.optim.name)]
+        assert c.optim.lr == best["optim.lr"]
         if c.optim.name == "muon":
-            assert (c.optim.muon.lr, c.optim.lr) == (best, 1e-3)
-        else:
-            assert c.optim.lr == best
+            assert c.optim.muon.lr == best["optim.muon.lr"]
     assert len({c.trainer.run_dir for c in configs}) == len(jobs)
+
+
+def test_a_muon_tuning_grid_at_one_adamw_rate_leaves_the_ladders_own():
+    """Where the tuning runs hold optim.lr fixed, only Muon's rate is carried: the ladder keeps
+    the AdamW part's rate its grid sets."""
+    sweep = {
+        "tuned_by": "t",
+        "grids": [
+            {
+                "overrides": ["experiment=width", "optim.name=muon", "optim.lr=0.002"],
+                "sweep": {"activation": ["xielu"]},
+            }
+        ],
+    }
+    split = tuned_rates.with_tuned_rates(sweep, {("xielu", "muon"): {"optim.muon.lr": 0.04}})
+    (grid,) = split["grids"]
+    assert grid["overrides"] == [
+        "experiment=width",
+        "optim.name=muon",
+        "optim.lr=0.002",
+        "activation=xielu",
+        "optim.muon.lr=0.04",
+    ]
+    both = tuned_rates.with_tuned_rates(
+        sweep, {("xielu", "muon"): {"optim.muon.lr": 0.04, "optim.lr": 0.008}}
+    )
+    assert both["grids"][0]["overrides"][-3:] == [
+        "activation=xielu",
+        "optim.muon.lr=0.04",
+        "optim.lr=0.008",
+    ]
+    assert "optim.lr=0.002" not in both["grids"][0]["overrides"]
+    sweep["grids"][0]["sweep"]["optim.lr"] = [0.001, 0.002]  # a grid over a rate it is given
+    with pytest.raises(SystemExit, match=r"varies optim\.lr that its tuned_by sweep sets"):
+        tuned_rates.with_tuned_rates(
+            sweep, {("xielu", "muon"): {"optim.muon.lr": 0.04, "optim.lr": 0.008}}
+        )
 
 
 def test_a_finished_job_is_one_whose_last_checkpoint_exists(tmp_path, monkeypatch):
