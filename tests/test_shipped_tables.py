@@ -57,9 +57,14 @@ def test_each_gaps_interval_is_the_one_its_per_seed_gaps_give(path):
 REPORTS = {
     "docs/optimizers/optimizers_runs.csv": "scripts.study.optimizer_report",
     "docs/optimizers/normuon_rates_runs.csv": "scripts.study.rate_grid",
+    "docs/optimizers/muon_rates_runs.csv": "scripts.study.rate_grid",
 }
 # the reports whose --out is a directory they write the page and its tables into
-WRITES_A_DIRECTORY = {"scripts.study.study_report", "scripts.study.width_report"}
+WRITES_A_DIRECTORY = {
+    "scripts.study.outlier_report",
+    "scripts.study.study_report",
+    "scripts.study.width_report",
+}
 
 
 @pytest.mark.slow
