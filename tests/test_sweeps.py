@@ -324,13 +324,16 @@ def test_every_ladder_is_mup_tuned_at_its_base_width_with_the_same_depth_batch_a
         }
         assert len(tried) >= 4, (activation, optimizer)
 
-    def untuned(c):  # the optimizer's settings but the rate the ladder takes from the tuning
-        rate = c.optim.tuned_rate.split(".")[1]
-        return tuple(sorted((k, str(v)) for k, v in vars(c.optim).items() if k != rate))
+    def untuned(c, carried):  # the optimizer's settings but the rates the ladder takes
+        return tuple(sorted((k, str(v)) for k, v in vars(c.optim).items() if k not in carried))
 
-    for arm in arms:  # the same optimizer in both stages, the tuned rate apart
-        same = [c for c in [*rungs, *at_base] if (c.model.activation, c.optim.name) == arm]
-        assert len({untuned(c) for c in same}) == 1, arm
+    for arm in arms:  # the same optimizer in both stages, the tuned rates apart
+        tuned = [c for c in at_base if (c.model.activation, c.optim.name) == arm]
+        carried = {tuned[0].optim.tuned_rate.split(".")[1]}
+        if len({c.optim.lr for c in tuned}) > 1:  # Muon's AdamW part tuned with it: a pair
+            carried.add("lr")
+        same = [c for c in rungs if (c.model.activation, c.optim.name) == arm] + tuned
+        assert len({untuned(c, carried) for c in same}) == 1, arm
     for key in (
         lambda c: c.model.n_layers,
         lambda c: c.model.head_dim,
