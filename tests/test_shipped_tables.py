@@ -58,6 +58,7 @@ REPORTS = {
     "docs/optimizers/optimizers_runs.csv": "scripts.study.optimizer_report",
     "docs/optimizers/normuon_rates_runs.csv": "scripts.study.rate_grid",
     "docs/optimizers/muon_rates_runs.csv": "scripts.study.rate_grid",
+    "docs/optimizers/muon_one_rate_runs.csv": "scripts.study.optimizer_report",
 }
 # the reports whose --out is a directory they write the page and its tables into
 WRITES_A_DIRECTORY = {
