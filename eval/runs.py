@@ -144,6 +144,14 @@ def write_runs_csv(runs: list[Run], path: Path) -> None:
         writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
 
 
+def write_page(lines: list[str], runs: list[Run], page: Path) -> None:
+    """A report's page (Markdown ``lines``) and, beside it, the per-run table it was made from
+    (``<page>_runs.csv``)."""
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text("\n".join(lines) + "\n")
+    write_runs_csv(runs, page.with_name(f"{page.stem}_runs.csv"))
+
+
 def read_runs_csv(path: Path) -> list[Run]:
     """The runs of a per-run table (:func:`write_runs_csv`): their final and stable-phase
     losses and axes; no curves or diagnostics (the figures need the run directories)."""

@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from eval.comparison import resolved, sign_holds
-from eval.runs import Run, chosen_rates, rate_setting, read_runs, write_runs_csv
+from eval.runs import Run, chosen_rates, rate_setting, read_runs, write_page
 from scripts.common import markdown
 from scripts.study.width_report import gap_trends, ladder_rows
 
@@ -213,9 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = tables(report, args.baseline)
     print("\n".join(lines))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
-        write_runs_csv(runs, args.out.with_name(f"{args.out.stem}_runs.csv"))
+        write_page(lines, runs, args.out)
     return 0
 
 

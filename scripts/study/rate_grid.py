@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eval.runs import Run, rate_setting, read_runs, write_runs_csv
+from eval.runs import Run, rate_setting, read_runs, write_page
 from scripts.common import markdown
 
 
@@ -103,9 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = tables(losses, setting)
     print("\n".join(lines))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
-        write_runs_csv(runs, args.out.with_name(f"{args.out.stem}_runs.csv"))
+        write_page(lines, runs, args.out)
     return 0
 
 
