@@ -281,7 +281,7 @@ def test_only_runs_the_jobs_with_the_values_named_and_refuses_an_unknown_key(cap
     assert sweep_script.main([*args, "--only", "optim.muon.lr=0.04"]) == 0
     chosen = [line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
     assert chosen == [line for line in every if "model.dim=64 " in line]
-    assert len(chosen) == 12  # 4 activations x 3 seeds at width 64, as the file says
+    assert len(chosen) == 16  # at width 64: 4 activations x seeds 1-3, 2 of them 4-5 too
     with pytest.raises(SystemExit, match=r"no job has model\.dim=65"):
         sweep_script.main([*args[:-1], "model.dim=65"])
     with pytest.raises(SystemExit, match=r"'model\.width' is not a configuration key"):
