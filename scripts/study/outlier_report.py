@@ -109,9 +109,8 @@ def rows(values: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for v in values:
         groups[(v["activation"], v["width"], v["tensor"], v["statistic"])].append(v)
-    order = {pair: i for i, pair in enumerate(REPORTED)}
     out = []
-    for key in sorted(groups, key=lambda k: (k[0], k[1], order[(k[2], k[3])])):
+    for key in sorted(groups, key=lambda k: (k[0], k[1], REPORTED.index(k[2:]))):
         activation, width, tensor, statistic = key
         group = groups[key]
         early = {v["seed"]: math.log(v["early"]) for v in group}
