@@ -67,7 +67,7 @@ PY
   part kernels 60 python -m scripts.bench.activations --device cuda --dtype bfloat16 \
     --shape 5 4096 9216 --rows relu2 xielu
   part throughput_fp8 240 "${throughput[@]}" --float8 none tensorwise
-  # issue 57: xIELU and xIPReLU on the traced path (fused by Inductor with the down
+  # xIELU and xIPReLU on the traced path (fused by Inductor with the down
   # projection's amax and float8 cast), against ReLU² in the same run; the op's rows are
   # throughput_fp8's. The faster path per precision and recipe goes into TRACED_FASTER
   part activation_paths 300 "${throughput[@]}" --activations relu2 xielu xiprelu \
@@ -77,7 +77,7 @@ PY
     --float8 none tensorwise rowwise --seeds 0
   part tests 120 python -m pytest -m gpu tests/test_gpu.py tests/test_document_attention.py \
     -q -x -n 0 -p no:cacheprovider
-  # issue 39: attention within documents, flex against the dense mask and causal SDPA
+  # attention within documents, flex against the dense mask and causal SDPA
   part attention 90 python -m scripts.bench.attention --batch 5
   part throughput_rowwise 150 "${throughput[@]}" --float8 rowwise
   # not run yet: the same stop and resume with FP8 linears (every one: the toy is below

@@ -142,7 +142,7 @@ def expected_steps(schedule: str, stable_end: int = STEPS - DECAY) -> dict[str, 
 
 # The matrix beyond the presets: {DDP, FSDP2} x {fp32, bf16} x {compile none, blocks, model} x
 # {activation checkpointing none, selective, full}. FSDP2 + bf16, the cluster's setting, with
-# every compile and checkpointing option (issue 29's defect was a triple that pairs alone
+# every compile and checkpointing option (a defect of a triple that pairs alone
 # miss); three more points cover every remaining pair of values together with the presets.
 PRESETS_COVER = {  # experiment -> (parallelism, precision on this CPU, compile, checkpointing)
     "quickstart": ("ddp", "fp32", "none", "none"),

@@ -8,7 +8,7 @@ fuses it into the kernel that reduces the down projection's input to its amax an
 float8, so the activation's output never goes through memory in bf16. xIELU and xIPReLU on
 their ``traced`` path (``xielu.fused.ops.TracedPiecewise``) must be fused the same way; as the
 opaque custom op they are not (that op is a call between kernels), which is what the traced
-path is for (issue 57; the speed it buys is measured on a GPU, docs/performance.md).
+path is for (the speed it buys is measured on a GPU, docs/performance.md).
 """
 
 from __future__ import annotations

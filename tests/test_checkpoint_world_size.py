@@ -6,7 +6,7 @@ that goes through the four in turn. After each load, the
 model and optimizer are gathered whole and compared with the checkpoint as read independently
 of the trainer (DCP's own conversion to one ``torch.save`` file). Under bf16 FSDP2 the
 optimizer has more param groups on 2 processes than on 1 (a role split by layout), which a
-checkpoint keyed by group index could not survive (issue 35).
+checkpoint keyed by group index could not survive.
 """
 
 from __future__ import annotations

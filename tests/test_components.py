@@ -55,7 +55,7 @@ def train(trainer: Trainer, hooks: Components, stop: int, signal_at: int | None)
 
 @pytest.mark.parametrize("signal_at", [3, 4, 5, 6, 9, 12])
 def test_a_stop_signal_never_loses_a_measurement_nor_repeats_one(signal_at):
-    """Issue 29 defect 6: a stop at a downstream step lost that point, and at the last step
+    """A stop at a downstream step lost that point, and at the last step
     the run's final downstream numbers; every step's work now runs exactly once, a measurement
     at the interrupted step first thing on resume."""
     steps = 12

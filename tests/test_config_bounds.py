@@ -104,7 +104,7 @@ def _refused(config_of, key: str) -> None:
         check_config(config_of())
 
 
-def test_the_schema_has_the_float_settings_the_issue_names():
+def test_the_schema_has_the_float_settings_that_must_be_finite():
     for key in ("optim.lr", "optim.grad_clip", "optim.eps", "model.init_std", "model.norm_eps"):
         assert key in FLOAT_KEYS
 

@@ -1,4 +1,4 @@
-"""A failed run ends, with a non-zero exit, every time (issue 29, defect 8).
+"""A failed run ends, with a non-zero exit, every time.
 
 2 ranks (gloo; `train_helpers.run`) with 2 DataLoader workers each, and an exception injected into
 the trainer of the subprocesses by the tests' fault plugin (``tests/faults.py``, ``raise_in``):

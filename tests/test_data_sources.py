@@ -93,7 +93,7 @@ def write_version_1_shard(path, tokens, eos_id: int, vocab_size: int) -> None:
 
 
 def test_shards_are_read_only_with_the_tokenizer_that_wrote_them(parquet_dir, tmp_path):
-    """Issue 36: byte shards read with Tekken trained silently on garbage; Tekken shards read
+    """Byte shards read with Tekken trained silently on garbage; Tekken shards read
     with bytes died with an IndexError at the first step."""
     byte_shards = tmp_path / "bytes"
     pretokenize(local(parquet_dir, tokenizer=TokenizerConfig("bytes")), byte_shards, 10**6, 1)
@@ -134,7 +134,7 @@ def test_version_1_shards_are_read_with_a_warning_and_what_they_recorded_is_chec
 
 
 def test_pretokenize_refuses_a_used_directory_and_replaces_it_whole(parquet_dir, tmp_path):
-    """Issue 36: 3 shards, then 1 into the same directory, and the glob read 55 documents
+    """3 shards, then 1 into the same directory, and the glob read 55 documents
     instead of 35."""
     config = local(parquet_dir, tokenizer=TokenizerConfig("bytes"))
     out = tmp_path / "shards"

@@ -103,7 +103,7 @@ def test_tokenizer_config_errors_name_the_key():
         TokenizerConfig("sentencepiece")
 
 
-# Decoding a sample (issue 29, defect 7): a model samples any id of its padded vocabulary.
+# Decoding a sample: a model samples any id of its padded vocabulary.
 # 147456: the paper's padded vocabulary, past both Tekken's and Llama 3's.
 PADDED = 147456
 

@@ -3,7 +3,7 @@ downstream evaluation, spikes, profiling and logging) is exercised by the end-to
 says why not.
 
 A field that no end-to-end case sets to a non-default value runs only at its default in the
-tier, so a defect that shows only when it is changed (issue 29 found eight such) goes unseen.
+tier, so a defect that shows only when it is changed goes unseen.
 The cases are composed here as the tier launches them (no training), and a new field fails
 this test until a case sets it or it is named below with a reason.
 """

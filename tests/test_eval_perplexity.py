@@ -104,7 +104,7 @@ def test_a_run_config_written_before_key_renames_and_removals_still_loads(tmp_pa
     old["data"]["document_ids"] = old["data"].pop("document_mask")
     old["data"]["document_ids"] = True
     old["trainer"]["compile"], old["trainer"]["activation_checkpointing"] = True, False
-    # issue 37: the fault injection left the schema for tests/faults.py
+    # the fault injection left the schema for tests/faults.py
     old["trainer"].update(debug_nan_steps=[2], debug_crash_in_checkpoint_at=-1, debug_signal="")
     old["trainer"]["run_dir"] = str(tmp_path)
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(old))
@@ -134,7 +134,7 @@ def test_the_device_flag_reaches_the_model(trained, monkeypatch):
 @pytest.mark.slow
 def test_the_export_check_reads_the_runs_text_and_tells_rounding_from_arithmetic(trained, tmp_path):
     """transformers' Arcee keeps xIELU's scalars in bf16: on the run's own text that rounding,
-    not the arithmetic, is what the logits differ by (issue 36: 2.0e-3 on real text against
+    not the arithmetic, is what the logits differ by (2.0e-3 on real text against
     2.2e-6 on random tokens before the check said which)."""
     from model.hf import export_hf
     from scripts.export_hf import check, validation_tokens

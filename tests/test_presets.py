@@ -10,7 +10,7 @@ from xielu import available_activations
 PAPER_LABELS = {"paper_1b": 1.1, "paper_3b": 3.0, "ablation_1b": 1.1}
 
 
-def test_the_issue_presets_exist():
+def test_the_paper_presets_exist():
     assert {"tiny", "paper_1b", "paper_3b", "ablation_1b"} <= set(available_presets())
 
 

@@ -147,7 +147,7 @@ def judge(health: StepHealth, norms: list[float], start: int = 1) -> list[bool]:
 
 
 def test_skipping_spikes_never_freezes_a_run_after_a_lasting_shift_of_the_level():
-    """Issue 29 defect 3: with a skipped spike kept out of the window, a lasting shift made
+    """With a skipped spike kept out of the window, a lasting shift made
     every later step a spike (200 updates applied of 1000, exit 0). Now at most
     ``skip_limit`` spikes in a row are skipped, then the shift is the new level."""
     health = StepHealth(5, SpikeMonitor(100, 6.0), True, skip_limit=5)
@@ -181,7 +181,7 @@ def test_each_spike_warning_says_what_became_of_the_update(caplog):
 @pytest.mark.slow
 @pytest.mark.mutation
 def test_a_resumed_spike_monitor_gives_the_verdicts_of_the_uninterrupted_one():
-    """Issue 29 defect 4: the window is part of the state, so a run stopped and resumed at
+    """The window is part of the state, so a run stopped and resumed at
     any step skips exactly the steps the uninterrupted run skips (count, streak and window)."""
     norms = level_shift(400, 150, seed=1) + [3.0, 1.2, 3.1, 3.2, 1.21, 1.19] * 5
 

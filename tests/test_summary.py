@@ -138,7 +138,7 @@ def test_the_closing_line_says_what_the_validation_loss_covers(tiny, tmp_path):
         (1.0, "predicts from context"),  # below 80% of the entropy
         (1.9, "little below what token frequencies"),
         (2.0, "above what token frequencies"),  # equal: not below
-        (11.787, "above what token frequencies"),  # the 11.787 against 4.355, scaled
+        (11.787, "above what token frequencies"),  # a reported 11.787 against 4.355, scaled
     ],
 )
 def test_the_verdict_follows_the_sign_of_the_difference_with_the_entropy(loss, words):

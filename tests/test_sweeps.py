@@ -79,7 +79,7 @@ def test_dry_run_prints_every_job_and_submits_nothing():
 
 @pytest.mark.parametrize("ladder", ["ladder_h100", "ladder_gh200"])
 def test_a_tuned_ladder_lists_its_jobs_without_data_paths_or_names_the_missing_key(ladder, capsys):
-    """Issue 36: its --dry-run printed 40 lines of traceback ending in "data.paths must list
+    """Its --dry-run printed 40 lines of traceback ending in "data.paths must list
     files", while main --dry-run listed its jobs."""
     from scripts.sweep import main
 

@@ -41,7 +41,7 @@ def test_invalid_configs_stop_before_any_work_naming_the_key(corpus, tmp_path):
         ("trainer.global_batch_tokens=100", r"trainer\.global_batch_tokens=100 is not a"),
         # 0 passed validation and then stopped the run after its first (healthy) step
         ("spikes.max_bad_steps=0", r"spikes\.max_bad_steps must be positive, got 0"),
-        # issue 36: a negative clip climbed the gradient, lr 0 trained nothing, a zero MLP
+        # a negative clip climbed the gradient, lr 0 trained nothing, a zero MLP
         # width divided by zero, a small vocabulary indexed past the embedding at step 1
         ("optim.grad_clip=-1", r"optim\.grad_clip must be >= 0 .* got -1"),
         ("optim.lr=0", r"optim\.lr must be positive \(0 trains nothing\), got 0"),
@@ -339,7 +339,7 @@ def test_python_train_py_with_the_quickstart_defaults_learns(tmp_path):
 
 
 def test_a_jsonl_corpus_whose_first_record_lacks_the_text_column_is_refused_by_name(tmp_path):
-    """Issue 36: it ended in a ZeroDivisionError in the diagnostics (with them off: "no
+    """It ended in a ZeroDivisionError in the diagnostics (with them off: "no
     training document... (counters: {})"); a parquet file's schema already said so."""
     from data_fixtures import real_documents
 
@@ -399,7 +399,7 @@ def test_bad_records_are_counted_once_in_the_metrics(tmp_path):
 
 @pytest.mark.slow
 def test_a_resume_runs_the_configs_optimizer_settings_not_the_checkpoints(corpus, tmp_path, caplog):
-    """Issue 29 defect 5: resumed with weight decay 0.5 and betas (0.9, 0.99) after training
+    """Resumed with weight decay 0.5 and betas (0.9, 0.99) after training
     with 0.1 and (0.9, 0.95), the optimizer kept the checkpoint's while config.yaml said the
     config's. The config wins, and the log says what changed."""
     from training.loop import Trainer

@@ -8,7 +8,7 @@ xIPReLU's forward + backward kernels, called directly (no autograd), and checks 
 backward calls give bit-identical alpha gradients. A row shows the time, the effective
 bandwidth over the five passes no pointwise activation can avoid (read x, write y; read x and
 grad, write dx) and the ratio to ReLU² compiled by Inductor, forward + backward, which is the
-goal (issue: within x1.05). Samples are 20 ms of back-to-back calls, as in
+goal (within x1.05). Samples are 20 ms of back-to-back calls, as in
 ``scripts.bench.activations`` on a GPU.
 
 The closing lines are the ``CONFIGS`` entries for ``xielu/fused/triton_kernels.py``: per dtype
