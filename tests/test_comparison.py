@@ -177,3 +177,20 @@ def test_the_trend_is_the_least_squares_slope_with_students_interval():
     assert trend([1.0, 2.0, 3.0], [0.1, -0.1, 0.1]).flat
     with pytest.raises(ValueError, match="two or more x values"):
         trend([1.0, 1.0, 1.0], [0.1, 0.2, 0.3])
+
+
+@pytest.mark.slow
+def test_a_report_on_the_second_stage_alone_draws_no_empty_rate_figure(tmp_path):
+    """Without the selection seed's runs there is no rate to plot: the figure the first stage
+    drew is left as it is, not replaced by empty axes, and the table names the one rate run."""
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "learning_rates.png").write_bytes(b"the first stage's figure")
+    runs = [
+        _fake_run(tmp_path, act, "width", lr, seed, 2.4 + seed / 100)
+        for act, lr in (("relu2", 2e-3), ("xielu", 4e-3))
+        for seed in (1, 2, 3)
+    ]
+    assert study_report.main([*map(str, runs), "--out", str(out)]) == 0
+    assert (out / "learning_rates.png").read_bytes() == b"the first stage's figure"
+    assert "| xielu | width | 64 | 0.004 | 3 |" in (out / "study.md").read_text()

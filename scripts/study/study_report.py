@@ -107,7 +107,9 @@ def table(rows: list[dict], baseline: str) -> list[str]:
     ]
     body = []
     for r in rows:
-        edge = " (edge)" if r["best_lr_at_edge"] else ""
+        rate = f"{r['best_lr']:g}"
+        if " " in r["lrs_tried"]:  # chosen among several rates: which, and whether at an edge
+            rate += f"{' (edge)' if r['best_lr_at_edge'] else ''} ({r['lrs_tried']})"
         diff = "-"
         if "diff" in r:
             diff = f"{r['diff']:+.4f} [{r['diff_low']:+.4f}, {r['diff_high']:+.4f}]"
@@ -116,7 +118,7 @@ def table(rows: list[dict], baseline: str) -> list[str]:
                 r["activation"],
                 r["init_scaling"],
                 str(r["width"]),
-                f"{r['best_lr']:g}{edge} ({r['lrs_tried']})",
+                rate,
                 str(r["seeds"]),
                 f"{_f(r.get('stable_mean'))} ± {_f(r.get('stable_std'))}",
                 f"{_f(r.get('final_mean'))} ± {_f(r.get('final_std'))}",
@@ -338,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(rows, args.out / "study.csv")
         write_runs_csv(runs, args.out / "study_runs.csv")
         best = best_rates(runs, args.selection_seed)
-        plot_rates(runs, args.selection_seed, args.out / "learning_rates.png", setting)
+        if any(r.seed == args.selection_seed for r in runs):  # the first stage's runs are here
+            plot_rates(runs, args.selection_seed, args.out / "learning_rates.png", setting)
         curves = not any(str(p).endswith(".csv") for p in args.runs)  # a table has no curves
         if curves and any(reported(runs, best, args.selection_seed).values()):
             plot_curves(runs, best, args.selection_seed, args.baseline, args.out / "curves.png")
