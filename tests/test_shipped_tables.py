@@ -59,6 +59,7 @@ REPORTS = {
     "docs/optimizers/normuon_rates_runs.csv": "scripts.study.rate_grid",
     "docs/optimizers/muon_rates_runs.csv": "scripts.study.rate_grid",
     "docs/optimizers/muon_one_rate_runs.csv": "scripts.study.optimizer_report",
+    "docs/outliers/outliers_runs.csv": "scripts.study.outlier_report",
     "docs/study/study_runs.csv": "scripts.study.study_report",
 }
 # the reports whose --out is a directory they write the page and its tables into
