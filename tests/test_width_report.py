@@ -150,6 +150,11 @@ def test_a_fixed_rate_stage_is_reported_at_the_rates_given(tmp_path):
     rows = {r["activation"]: r for r in csv.DictReader((out / "ladder.csv").open())}
     assert float(rows["xielu"]["diff"]) == pytest.approx(0.05) and rows["xielu"]["seeds"] == "3"
     assert not (out / "learning_rates.png").exists()
+    # one width and no rate sweep: no empty sections (rates, power laws, trend) and no figure
+    page = (out / "width.md").read_text()
+    assert page.startswith("## Ladder (µP)\n") and "## Power laws" not in page
+    assert "## The gap across widths" not in page
+    assert not (out / "ladder.png").exists() and not (out / "rates.csv").exists()
     # without --rates: each activation trained at one rate is read at it
     assert width_report.main([*map(str, runs), "--out", str(tmp_path / "own")]) == 0
     assert (tmp_path / "own" / "ladder.csv").read_text() == (out / "ladder.csv").read_text()

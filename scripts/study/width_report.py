@@ -342,30 +342,35 @@ def main(argv: list[str] | None = None) -> int:
         rates[args.baseline] = args.baseline_lr
     ladder = ladder_rows(runs, rates, args.selection_seed, args.baseline)
     power_laws = fits(ladder)
-    lines = [f"## Rates (seed 0, {setting})", *rate_table(rows)]
+    several_widths = len({r["width"] for r in ladder}) > 1  # else no law, trend nor figure
+    sections = []
+    if rows:
+        sections.append([f"## Rates (seed 0, {setting})", *rate_table(rows)])
     if ladder:
-        lines += ["", "## Ladder (µP)", *ladder_table(ladder, args.baseline)]
-        lines += ["", "## Power laws", *fit_table(power_laws)]
-        lines += ["", "## The gap across widths", *trend_table(gap_trends(ladder), args.baseline)]
+        sections.append(["## Ladder (µP)", *ladder_table(ladder, args.baseline)])
+    if several_widths:
+        sections.append(["## Power laws", *fit_table(power_laws)])
+        trends = trend_table(gap_trends(ladder), args.baseline)
+        sections.append(["## The gap across widths", *trends])
+    lines = [line for i, section in enumerate(sections) for line in [""] * (i > 0) + section]
     print("\n".join(lines))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "width.md").write_text("\n".join(lines) + "\n")
         write_runs_csv(runs, args.out / "width_runs.csv")
-        write_csv(
-            [
+        if rows:  # a fixed-rate stage has no rate sweep to tabulate or draw
+            losses = [
                 {**r, "losses": " ".join(f"{k:g}:{v:.4f}" for k, v in r["losses"].items())}
                 for r in rows
-            ],
-            args.out / "rates.csv",
-        )
-        if rows:  # a fixed-rate stage has no rate sweep to draw
+            ]
+            write_csv(losses, args.out / "rates.csv")
             plot_rates(rows, args.out / "learning_rates.png", setting)
         if ladder:
             flat = [
                 {**r, "diffs": " ".join(f"{d:.4f}" for d in r.get("diffs", []))} for r in ladder
             ]
             write_csv(flat, args.out / "ladder.csv")
+        if several_widths:
             plot_ladder(ladder, power_laws, args.baseline, args.out / "ladder.png")
     return 0
 
