@@ -55,6 +55,9 @@ def test_each_gaps_interval_is_the_one_its_per_seed_gaps_give(path):
 
 # a study's per-run table -> the report that reads it back into the page shipped beside it
 REPORTS = {
+    "docs/apertus/ademamix/width_runs.csv": "scripts.study.width_report",
+    "docs/apertus/documents/width_runs.csv": "scripts.study.width_report",
+    "docs/apertus/goldfish/width_runs.csv": "scripts.study.width_report",
     "docs/optimizers/optimizers_runs.csv": "scripts.study.optimizer_report",
     "docs/optimizers/normuon_rates_runs.csv": "scripts.study.rate_grid",
     "docs/optimizers/muon_rates_runs.csv": "scripts.study.rate_grid",
