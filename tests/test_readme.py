@@ -431,6 +431,16 @@ def seeds(sweep: str) -> int:
     return len({o for job in jobs(sweep) for o in job if o.startswith("trainer.seed=")}) or 1
 
 
+def seeds_per_arm(sweep: str) -> str:
+    """How many seeds each grid of a sweep runs: "3", or a range such as "3-5"."""
+    arms: dict[tuple, int] = {}
+    for job in jobs(sweep):
+        arm = tuple(o for o in job if not o.startswith(("trainer.seed=", "trainer.run_dir=")))
+        arms[arm] = arms.get(arm, 0) + 1
+    counts = set(arms.values())
+    return f"{min(counts)}-{max(counts)}" if len(counts) > 1 else str(counts.pop())
+
+
 def millions(n: float) -> str:
     return f"{n / 1e6:.1f}M"
 
@@ -465,7 +475,7 @@ def readme_numbers() -> list[str]:
         f" {tokens_per_run(ablation) / 1e9:.0f}B tokens",
         f"({len(jobs('study_lr')) + len(jobs('study_seeds'))} runs,",
         f"{millions(count_parameters(study_model).total)} parameters,"
-        f" {millions(tokens_per_run(study))} tokens, {seeds('study_seeds')} seeds",
+        f" {millions(tokens_per_run(study))} tokens, {seeds_per_arm('study_seeds')} seeds",
         f"({len(jobs('width_lr'))} + {len(jobs('width_ladder'))} runs",
     ]
 
@@ -574,6 +584,7 @@ def performance_numbers() -> list[str]:
     sizes = " and ".join(re.search(r"(\d+)GB", name)[1] for name in DEVICES)
     return [
         f"(default {bench_activations_shape()})",
+        f"{bench_activations_shape()} by default",
         f"against {sizes} GB, less {HEADROOM:.0%} headroom",
     ]
 
@@ -609,11 +620,10 @@ def results_numbers() -> list[str]:
         f" {millions(params.total)} parameters, {params.embedding / 1e3:.0f}k of them the tied"
         f" embedding; UTF-8 byte tokens, vocabulary {model.vocab_size})",
         f"{t.steps} steps of {t.global_batch} x {study.data.seq_len} tokens,"
-        f" {tokens_per_run(study) / 1e6:.2f}M tokens per run. WSD schedule: {s.warmup_steps}"
-        f" warmup steps, then a {s.decay_shape} cooldown over the last {s.decay_steps}.",
-        f"every {v.every} steps, {t.steps // v.every} points in all, on the same"
-        f" {v.batches * t.global_batch * study.data.seq_len:,} held-out tokens"
-        f" ({study.data.validation_documents} documents, {v.batches} batches)",
+        f" {tokens_per_run(study) / 1e6:.2f}M tokens per run; WSD, {s.warmup_steps}"
+        f" warmup steps, a {s.decay_shape} cooldown over the last {s.decay_steps}.",
+        f"every {v.every} steps on the same"
+        f" {v.batches * t.global_batch * study.data.seq_len:,} held-out tokens",
         f"std {model.init_std} x sqrt({model.init_reference_dim} / {model.dim}) = {width_std:.3f}",
         f"--parallel 2 # {len(jobs('study_lr'))} runs",
         f"--parallel 2 # {len(jobs('study_seeds'))} runs",
@@ -630,7 +640,6 @@ def results_numbers() -> list[str]:
         ladder_row("ladder_h100", 1, "one H100"),
         ladder_row("ladder_gh200_tune", 16, "a 4-node GH200 allocation (16 GPUs)"),
         ladder_row("ladder_gh200", 16, "a 4-node GH200 allocation (16 GPUs)"),
-        f"{bench_activations_shape()} by default",
     ]
 
 
