@@ -57,6 +57,7 @@ def test_each_gaps_interval_is_the_one_its_per_seed_gaps_give(path):
 REPORTS = {
     "docs/apertus/ademamix/width_runs.csv": "scripts.study.width_report",
     "docs/apertus/documents/width_runs.csv": "scripts.study.width_report",
+    "docs/apertus/width_runs.csv": "scripts.study.width_report",
     "docs/apertus/goldfish/width_runs.csv": "scripts.study.width_report",
     "docs/optimizers/optimizers_runs.csv": "scripts.study.optimizer_report",
     "docs/optimizers/normuon_rates_runs.csv": "scripts.study.rate_grid",

@@ -179,3 +179,18 @@ def test_muon_runs_are_reported_by_their_muon_rate_and_never_mixed_with_adamw(tm
     adamw = fake_run(tmp_path, "xielu", "mup", 64, 3e-3, 0, 2.0)
     with pytest.raises(SystemExit, match=r"2 optimizers \(adamw, muon\)"):
         width_report.main([*map(str, muon), str(adamw)])
+
+
+@pytest.mark.slow
+def test_two_widths_give_a_trend_but_no_power_law(tmp_path):
+    """A power law is fitted over three widths or more: with two the page has the gap's change
+    per doubling and no empty power-law table."""
+    runs = [
+        fake_run(tmp_path, activation, "mup", dim, 6e-3, seed, 2.3 - dim / 1e3 + seed / 100)
+        for activation in ("relu2", "xielu")
+        for dim in (64, 128)
+        for seed in (1, 2, 3)
+    ]
+    assert width_report.main([*map(str, runs), "--out", str(tmp_path / "report")]) == 0
+    page = (tmp_path / "report" / "width.md").read_text()
+    assert "## The gap across widths" in page and "## Power laws" not in page

@@ -348,8 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         sections.append([f"## Rates (seed 0, {setting})", *rate_table(rows)])
     if ladder:
         sections.append(["## Ladder (µP)", *ladder_table(ladder, args.baseline)])
-    if several_widths:
+    if power_laws:  # an activation with three widths or more
         sections.append(["## Power laws", *fit_table(power_laws)])
+    if several_widths:
         trends = trend_table(gap_trends(ladder), args.baseline)
         sections.append(["## The gap across widths", *trends])
     lines = [line for i, section in enumerate(sections) for line in [""] * (i > 0) + section]
