@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         rates[args.baseline] = args.baseline_lr
     ladder = ladder_rows(runs, rates, args.selection_seed, args.baseline)
     power_laws = fits(ladder)
-    several_widths = len({r["width"] for r in ladder}) > 1  # else no law, trend nor figure
+    several_widths = len({r["width"] for r in ladder}) > 1  # else no trend nor ladder figure
     sections = []
     if rows:
         sections.append([f"## Rates (seed 0, {setting})", *rate_table(rows)])
@@ -353,11 +353,11 @@ def main(argv: list[str] | None = None) -> int:
     if several_widths:
         trends = trend_table(gap_trends(ladder), args.baseline)
         sections.append(["## The gap across widths", *trends])
-    lines = [line for i, section in enumerate(sections) for line in [""] * (i > 0) + section]
-    print("\n".join(lines))
+    page = "\n\n".join("\n".join(section) for section in sections)
+    print(page)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "width.md").write_text("\n".join(lines) + "\n")
+        (args.out / "width.md").write_text(page + "\n")
         write_runs_csv(runs, args.out / "width_runs.csv")
         if rows:  # a fixed-rate stage has no rate sweep to tabulate or draw
             losses = [
